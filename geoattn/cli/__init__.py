@@ -1,0 +1,1 @@
+"""The ``geoattn`` command line."""

@@ -1,0 +1,53 @@
+"""Entry point of the ``geoattn`` command: ``main(argv=None)`` with argparse subcommands.
+
+Each subcommand module exposes ``add_args(parser)`` and ``run(args) -> int``. Library code
+raises; only this function turns errors into an exit code and a one-line message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from .. import __version__
+from ..errors import MeshError
+from . import demo, info
+
+COMMANDS = {
+    "demo": (demo, "run the main demonstration"),
+    "info": (info, "read, validate and summarise a mesh file"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="geoattn", description="Mesh-agnostic neural operators with quadrature-weighted attention."
+    )
+    parser.add_argument("--version", action="version", version=f"geoattn {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=module.__doc__)
+        module.add_args(p)
+        p.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return args.run(args)
+    except (MeshError, FileNotFoundError, ValueError) as err:
+        print(f"geoattn {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

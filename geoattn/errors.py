@@ -1,0 +1,77 @@
+"""Typed errors raised on malformed meshes, samples and inputs.
+
+Every error names the problem and, where there is one, the first offending index, so that a
+bad input is rejected at the boundary instead of surfacing as a crash deep inside torch or as a
+silent NaN. All mesh errors derive from :class:`MeshError`, itself a :class:`ValueError`.
+"""
+
+from __future__ import annotations
+
+
+class MeshError(ValueError):
+    """Base class of every error about a mesh, a point cloud or a sample living on one."""
+
+
+class EmptyMeshError(MeshError):
+    """The mesh or point cloud has no nodes (or no cells where cells are required)."""
+
+
+class NonFiniteError(MeshError):
+    """A coordinate, field value or weight is NaN or infinite."""
+
+
+class DuplicateNodeError(MeshError):
+    """Two nodes share the same coordinates (within a relative tolerance)."""
+
+
+class DegenerateCellError(MeshError):
+    """A cell has zero (or numerically zero) volume."""
+
+
+class InvertedCellError(MeshError):
+    """A cell has negative orientation (negative signed volume or Jacobian)."""
+
+
+class CellIndexError(MeshError):
+    """A cell refers to a node index outside ``[0, num_nodes)``."""
+
+
+class UnusedNodeError(MeshError):
+    """A node belongs to no cell (raised when ``unused="error"``)."""
+
+
+class DimensionError(MeshError):
+    """Mixed or unsupported spatial dimensions (e.g. cells of two dimensions, 3-D data to a 2-D model)."""
+
+
+class FieldLengthError(MeshError):
+    """A point field has a different number of rows than the mesh has nodes (or a cell field than cells)."""
+
+
+class WeightError(MeshError):
+    """Quadrature weights are negative, non-finite, or of the wrong length."""
+
+
+class UnsupportedCellError(MeshError):
+    """The cell type is not one geoattn supports."""
+
+
+class UnusedNodeWarning(UserWarning):
+    """Some nodes belong to no cell; they get zero lumped-mass weight (``unused="warn"``)."""
+
+
+__all__ = [
+    "MeshError",
+    "EmptyMeshError",
+    "NonFiniteError",
+    "DuplicateNodeError",
+    "DegenerateCellError",
+    "InvertedCellError",
+    "CellIndexError",
+    "UnusedNodeError",
+    "DimensionError",
+    "FieldLengthError",
+    "WeightError",
+    "UnsupportedCellError",
+    "UnusedNodeWarning",
+]

@@ -1,0 +1,37 @@
+"""Meshes, point clouds and their quadrature weights.
+
+A discretised function is ``(pos, weight, values)``: :func:`from_meshio` / :func:`read_mesh`
+build a validated :class:`MeshData` sample with weights from any meshio mesh, and
+:func:`quadrature_weights` computes weights for meshes and bare point clouds.
+"""
+
+from . import families
+from .cells import CELL_TYPES, lumped_mass, orient_cells, signed_volumes
+from .data import MeshData
+from .io import from_meshio, read_mesh, save_meshio, to_meshio, write_mesh
+from .quadrature import integrate, weighted_mean
+from .validation import validate_field, validate_mesh, validate_sample, validate_weights
+from .weights import knn_weights, quadrature_weights, voronoi_weights
+
+__all__ = [
+    "CELL_TYPES",
+    "MeshData",
+    "families",
+    "from_meshio",
+    "integrate",
+    "knn_weights",
+    "lumped_mass",
+    "orient_cells",
+    "quadrature_weights",
+    "read_mesh",
+    "save_meshio",
+    "signed_volumes",
+    "to_meshio",
+    "validate_field",
+    "validate_mesh",
+    "validate_sample",
+    "validate_weights",
+    "voronoi_weights",
+    "weighted_mean",
+    "write_mesh",
+]

@@ -1,0 +1,168 @@
+"""Mesh families of standard domains, for examples, tests, benchmarks and dataset generation.
+
+Each function returns a :class:`meshio.Mesh` with positively oriented cells; feed it to
+:func:`~geoattn.mesh.from_meshio` or write it with :func:`meshio.write`. A family is indexed by
+a resolution ``n`` (cells per unit length), and :func:`refine` splits every cell into ``2^d``
+children (red refinement: about ``2^d`` times the nodes) on the same geometry, which is the
+"uniform refinement" convergence studies need even for irregular and graded meshes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import meshio
+import skfem
+from scipy.spatial import Delaunay
+
+from .cells import orient_cells
+
+_SKFEM = {"line": skfem.MeshLine1, "triangle": skfem.MeshTri1, "quad": skfem.MeshQuad1,
+          "tetra": skfem.MeshTet1, "hexahedron": skfem.MeshHex1}
+# skfem's hexahedron vertex order differs from meshio/VTK; skfem's own converters know both.
+_TO_MESHIO_HEX = [0, 3, 6, 2, 1, 5, 7, 4]
+
+
+def _mesh(points: np.ndarray, cells: np.ndarray, cell_type: str) -> meshio.Mesh:
+    points = np.asarray(points, dtype=float)
+    return meshio.Mesh(points, [(cell_type, orient_cells(points, cells, cell_type))])
+
+
+def from_skfem(m) -> meshio.Mesh:
+    """Convert a scikit-fem mesh (``p [d, N]``, ``t [V, M]``) to a positively oriented meshio mesh."""
+    for name, cls in _SKFEM.items():
+        if isinstance(m, cls):
+            cells = m.t.T
+            if name == "hexahedron":
+                cells = cells[:, _TO_MESHIO_HEX]
+            return _mesh(m.p.T, cells, name)
+    raise TypeError(f"unsupported scikit-fem mesh type {type(m).__name__}")
+
+
+def to_skfem(mesh: meshio.Mesh):
+    """Convert a single-type meshio mesh (as from this module) to a scikit-fem mesh."""
+    block = mesh.cells[-1]
+    cells = np.asarray(block.data)
+    if block.type == "hexahedron":
+        cells = cells[:, np.argsort(_TO_MESHIO_HEX)]
+    dim = {"line": 1, "triangle": 2, "quad": 2, "tetra": 3, "hexahedron": 3}[block.type]
+    return _SKFEM[block.type](np.ascontiguousarray(mesh.points[:, :dim].T), np.ascontiguousarray(cells.T))
+
+
+def refine(mesh: meshio.Mesh, times: int = 1) -> meshio.Mesh:
+    """Uniformly (red) refine a single-type mesh ``times`` times, keeping its geometry."""
+    m = to_skfem(mesh)
+    for _ in range(times):
+        m = m.refined()
+    return from_skfem(m)
+
+
+def interval(n: int = 32, kind: str = "structured", seed: int = 0) -> meshio.Mesh:
+    """The unit interval with ``n`` line cells: ``"structured"``, ``"irregular"`` or ``"graded"``."""
+    x = _axis(n, kind, seed)
+    return _mesh(x[:, None], np.stack([np.arange(n), np.arange(1, n + 1)], 1), "line")
+
+
+def _axis(n: int, kind: str, seed: int) -> np.ndarray:
+    x = np.linspace(0.0, 1.0, n + 1)
+    if kind == "irregular":
+        x[1:-1] += np.random.default_rng(seed).uniform(-0.3, 0.3, n - 1) / n
+    elif kind == "graded":
+        x = x**GRADING
+    elif kind != "structured":
+        raise ValueError(f"kind must be 'structured', 'irregular' or 'graded', got {kind!r}")
+    return x
+
+
+#: Exponent of the grading map ``(x, y) -> (x^p, y^p)`` of the graded families.
+GRADING = 3.0
+
+
+def unit_square(n: int = 16, kind: str = "structured", cell: str = "triangle",
+                seed: int = 0) -> meshio.Mesh:
+    """The unit square with about ``n`` cells per side.
+
+    Args:
+        n: cells per side.
+        kind: ``"structured"`` (tensor grid, each square split in two), ``"irregular"`` (Delaunay
+            triangulation of grid points jittered by up to 30 % of the spacing; boundary points
+            move only along the boundary), or ``"graded"`` (the structured grid mapped by
+            ``(x, y) -> (x^3, y^3)``: cells shrink like ``h^3`` toward the corner ``(0, 0)``).
+        cell: ``"triangle"`` or ``"quad"`` (``"quad"`` with ``"structured"``/``"graded"`` only).
+        seed: jitter seed of the irregular family.
+    """
+    if cell == "quad":
+        if kind == "irregular":
+            raise ValueError("the irregular family is a Delaunay triangulation: use cell='triangle'")
+        x = _axis(n, kind, seed)
+        return from_skfem(skfem.MeshQuad1.init_tensor(x, x))
+    if cell != "triangle":
+        raise ValueError(f"cell must be 'triangle' or 'quad', got {cell!r}")
+    if kind != "irregular":
+        x = _axis(n, kind, seed)
+        return from_skfem(skfem.MeshTri1.init_tensor(x, x))
+    g = np.linspace(0.0, 1.0, n + 1)
+    pts = np.stack(np.meshgrid(g, g, indexing="ij"), -1).reshape(-1, 2)
+    jitter = np.random.default_rng(seed).uniform(-0.3, 0.3, pts.shape) / n
+    on_edge = (pts == 0.0) | (pts == 1.0)
+    jitter[on_edge] = 0.0  # boundary nodes slide along the boundary only; corners stay
+    pts = pts + jitter
+    return _mesh(pts, Delaunay(pts).simplices, "triangle")
+
+
+def l_shape(n: int = 8) -> meshio.Mesh:
+    """The L-shaped domain ``[-1, 1]^2`` minus ``(0, 1] x [-1, 0)`` (area 3), ``n`` cells per unit."""
+    x = np.linspace(-1.0, 1.0, 2 * n + 1)
+    m = skfem.MeshTri1.init_tensor(x, x)
+    centre = m.p[:, m.t].mean(axis=1)
+    keep = ~((centre[0] > 0) & (centre[1] < 0))
+    t = m.t[:, keep]
+    used, t = np.unique(t, return_inverse=True)
+    return _mesh(m.p[:, used].T, t.reshape(3, -1).T, "triangle")
+
+
+def unit_cube(n: int = 6, cell: str = "tetra") -> meshio.Mesh:
+    """The unit cube with ``n`` cells per side, ``"tetra"`` or ``"hexahedron"``."""
+    x = np.linspace(0.0, 1.0, n + 1)
+    cls = {"tetra": skfem.MeshTet1, "hexahedron": skfem.MeshHex1}[cell]
+    return from_skfem(cls.init_tensor(x, x, x))
+
+
+#: Geometry of :func:`disk_with_holes`: outer radius and ``(cx, cy, r)`` of each hole.
+DISK_RADIUS = 1.0
+DISK_HOLES = ((-0.4, 0.0, 0.2), (0.35, 0.3, 0.15))
+
+
+def disk_with_holes(h: float = 0.1) -> meshio.Mesh:
+    """The unit disk with two circular holes, meshed by gmsh with target edge length ``h``.
+
+    Needs the ``gmsh`` Python package (``pip install geoattn[meshgen]``); the repository ships a
+    pre-generated copy in ``meshes/``.
+    """
+    try:
+        import gmsh
+    except ImportError as err:  # pragma: no cover - exercised only without gmsh
+        raise ImportError("disk_with_holes needs gmsh: pip install 'geoattn[meshgen]'") from err
+    gmsh.initialize(["-noenv"])
+    try:
+        gmsh.option.setNumber("General.Terminal", 0)
+        gmsh.model.add("disk")
+        occ = gmsh.model.occ
+        disk = occ.addDisk(0, 0, 0, DISK_RADIUS, DISK_RADIUS)
+        holes = [occ.addDisk(cx, cy, 0, r, r) for cx, cy, r in DISK_HOLES]
+        occ.cut([(2, disk)], [(2, t) for t in holes])
+        occ.synchronize()
+        surfaces = [t for _, t in gmsh.model.getEntities(2)]
+        gmsh.model.addPhysicalGroup(2, surfaces, 1)
+        gmsh.option.setNumber("Mesh.CharacteristicLengthMax", h)
+        gmsh.option.setNumber("Mesh.CharacteristicLengthMin", h)
+        gmsh.model.mesh.generate(2)
+        tags, coords, _ = gmsh.model.mesh.getNodes()
+        types, _, node_tags = gmsh.model.mesh.getElements(2)
+        tri = np.asarray(node_tags[list(types).index(2)], dtype=np.int64).reshape(-1, 3)
+    finally:
+        gmsh.finalize()
+    index = {int(t): i for i, t in enumerate(tags)}
+    pts = np.asarray(coords).reshape(-1, 3)[:, :2]
+    tri = np.vectorize(index.__getitem__)(tri)
+    used, tri = np.unique(tri, return_inverse=True)
+    return _mesh(pts[used], tri.reshape(-1, 3), "triangle")

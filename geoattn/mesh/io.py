@@ -1,0 +1,248 @@
+"""meshio ⇄ :class:`MeshData` adapter.
+
+meshio stores points as ``[N, 3]`` for most formats (2-D meshes get a zero z-column) and cells as
+blocks by type. geoattn keeps the block(s) of the highest topological dimension, recognises the
+spatial dimension from the cells (a zero z-column is dropped), validates everything, and computes
+quadrature weights. Lower-dimensional blocks (boundary lines, vertices from gmsh) are dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import meshio
+import numpy as np
+import torch
+
+from ..errors import DimensionError, FieldLengthError, UnsupportedCellError
+from .cells import CELL_TYPES, orient_cells
+from .data import MeshData
+from .validation import validate_field, validate_mesh, validate_points
+from .weights import quadrature_weights
+
+log = logging.getLogger(__name__)
+
+# Topological dimension of meshio cell types we may meet; only those in CELL_TYPES are supported.
+_TOPOLOGICAL_DIM = {
+    "vertex": 0, "line": 1, "line3": 1, "triangle": 2, "triangle6": 2, "triangle7": 2,
+    "quad": 2, "quad8": 2, "quad9": 2, "polygon": 2, "tetra": 3, "tetra10": 3, "hexahedron": 3,
+    "hexahedron20": 3, "hexahedron27": 3, "wedge": 3, "wedge15": 3, "pyramid": 3, "pyramid13": 3,
+}
+
+def _names(spec: str | Sequence[str] | None) -> list[str]:
+    if spec is None:
+        return []
+    return [spec] if isinstance(spec, str) else list(spec)
+
+
+def _stack_fields(mesh_fields: Mapping[str, np.ndarray], names: list[str], num: int,
+                  dtype: torch.dtype) -> torch.Tensor | None:
+    if not names:
+        return None
+    cols = []
+    for name in names:
+        if name not in mesh_fields:
+            raise FieldLengthError(
+                f"point field {name!r} not found; the mesh has {sorted(mesh_fields)}"
+            )
+        validate_field(name, mesh_fields[name], num)
+        cols.append(np.asarray(mesh_fields[name], dtype=float).reshape(num, -1))
+    return torch.as_tensor(np.concatenate(cols, axis=1), dtype=dtype)
+
+
+def _top_cells(mesh: meshio.Mesh) -> tuple[str | None, np.ndarray | None, list[int]]:
+    """Cell type, connectivity and block indices of the highest-dimensional cells."""
+    dims = []
+    for block in mesh.cells:
+        if block.type not in _TOPOLOGICAL_DIM:
+            raise UnsupportedCellError(
+                f"unsupported cell type {block.type!r}; supported types are {sorted(CELL_TYPES)}"
+            )
+        dims.append(_TOPOLOGICAL_DIM[block.type])
+    if not dims or max(dims) == 0:
+        return None, None, []
+    top = max(dims)
+    blocks = [i for i, dm in enumerate(dims) if dm == top]
+    types = sorted({mesh.cells[i].type for i in blocks})
+    if len(types) > 1:
+        raise UnsupportedCellError(
+            f"the mesh mixes {top}-D cell types {types}; geoattn needs one cell type per mesh "
+            "(split quads into triangles or hexahedra into tetrahedra first)"
+        )
+    if types[0] not in CELL_TYPES:
+        raise UnsupportedCellError(
+            f"unsupported cell type {types[0]!r}; supported types are {sorted(CELL_TYPES)} "
+            "(higher-order cells: keep only their vertices with a linear cell type)"
+        )
+    dropped = sorted({mesh.cells[i].type for i in range(len(dims)) if i not in blocks})
+    if dropped:
+        log.debug("dropping lower-dimensional cell blocks %s", dropped)
+    cells = np.concatenate([np.asarray(mesh.cells[i].data, dtype=np.int64) for i in blocks])
+    return types[0], cells, blocks
+
+
+def _spatial_points(points: np.ndarray, dim: int | None) -> np.ndarray:
+    """Drop trailing coordinate columns that are identically zero (beyond the cells' dimension)."""
+    points = validate_points(points)
+    if dim is None:  # point cloud: drop trailing zero columns
+        dim = points.shape[1]
+        while dim > 1 and not np.any(points[:, dim - 1]):
+            dim -= 1
+    if points.shape[1] < dim:
+        raise DimensionError(f"{dim}-D cells need {dim} coordinates, the points have {points.shape[1]}")
+    extra = points[:, dim:]
+    if extra.size and np.abs(extra).max() > 1e-12 * max(np.abs(points).max(), 1.0):
+        i = int(np.flatnonzero(np.abs(extra).max(axis=1) > 0)[0])
+        raise DimensionError(
+            f"{dim}-D cells but coordinate column {dim} is not zero (node {i} at "
+            f"{points[i].tolist()}); surfaces or curves embedded in a higher dimension are not "
+            "supported"
+        )
+    return points[:, :dim]
+
+
+def from_meshio(mesh: meshio.Mesh, x: str | Sequence[str] | None = None,
+                y: str | Sequence[str] | None = None, *, weights: str | None = "lumped",
+                unused: str = "warn", reorient: bool = False, box=None,
+                dtype: torch.dtype | None = None) -> MeshData:
+    """Convert a :class:`meshio.Mesh` into a validated :class:`MeshData` sample with weights.
+
+    Args:
+        mesh: the mesh; its highest-dimensional cell blocks (one supported type) are kept.
+        x: point-data field name(s) stacked as input channels ``x [N, C_in]``.
+        y: point-data field name(s) stacked as target channels ``y [N, C_out]``.
+        weights: quadrature rule (see :func:`quadrature_weights`); ``"lumped"`` falls back to the
+            point-cloud default when the mesh has no cells; ``None`` computes no weights.
+        unused: handling of nodes in no cell: ``"warn"``, ``"error"`` or ``"ignore"``.
+        reorient: reverse the vertex order of negatively oriented cells instead of raising
+            :class:`~geoattn.errors.InvertedCellError`.
+        box: domain box for the point-cloud rules.
+        dtype: floating dtype of ``pos``, ``weight`` and fields (default: torch's default dtype).
+
+    Returns:
+        ``MeshData`` with ``pos``, ``weight``, ``x``, ``y``, ``cells``, ``cell_type``,
+        ``point_data`` (all other point fields) and ``cell_data`` (fields of the kept cells).
+    """
+    dtype = dtype or torch.get_default_dtype()
+    ctype, cells, blocks = _top_cells(mesh)
+    pos = _spatial_points(mesh.points, CELL_TYPES[ctype].dim if ctype else None)
+    n = pos.shape[0]
+    if cells is not None and reorient:
+        cells = orient_cells(pos, cells, ctype)
+    validate_mesh(pos, cells, ctype, unused=unused)
+
+    point_data = {k: np.asarray(v) for k, v in mesh.point_data.items()}
+    x_names, y_names = _names(x), _names(y)
+    data = MeshData(pos=torch.as_tensor(pos, dtype=dtype))
+    data.x = _stack_fields(point_data, x_names, n, dtype)
+    data.y = _stack_fields(point_data, y_names, n, dtype)
+    extra = {}
+    for name, values in point_data.items():
+        if name in x_names or name in y_names:
+            continue
+        validate_field(name, values, n)
+        extra[name] = torch.as_tensor(values)
+    data.point_data = extra
+    if cells is not None:
+        data.cells = torch.as_tensor(cells, dtype=torch.long)
+        data.cell_type = ctype
+        cell_data = {}
+        for name, per_block in mesh.cell_data.items():
+            values = np.concatenate([np.asarray(per_block[i]) for i in blocks])
+            validate_field(name, values, len(cells), "cells")
+            cell_data[name] = torch.as_tensor(values)
+        data.cell_data = cell_data
+    if weights is not None:
+        rule = weights if (cells is not None or weights != "lumped") else None
+        data.weight = quadrature_weights(data.pos, cells, ctype, rule=rule, box=box).to(dtype)
+    return data
+
+
+def _numpy(value) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def to_meshio(data, point_data: Mapping[str, object] | None = None,
+              cell_data: Mapping[str, object] | None = None) -> meshio.Mesh:
+    """Convert a sample to a :class:`meshio.Mesh` (for writing to .vtu, .xdmf, .msh, ...).
+
+    The point fields written are the sample's ``point_data``, its ``x`` and ``y`` (as fields
+    ``"x"`` and ``"y"``) and its ``weight``, then ``point_data`` given here (which wins on a name
+    clash); likewise for cell fields. Points keep their dimension.
+    """
+    pos = _numpy(data.pos)
+    n = pos.shape[0]
+    fields: dict[str, np.ndarray] = {k: _numpy(v) for k, v in (getattr(data, "point_data", None) or {}).items()}
+    for key in ("x", "y", "weight"):
+        if getattr(data, key, None) is not None:
+            fields[key] = _numpy(data[key])
+    fields.update({k: _numpy(v) for k, v in (point_data or {}).items()})
+    for name, values in fields.items():
+        validate_field(name, values, n)
+    cells_attr = getattr(data, "cells", None)
+    if cells_attr is None:
+        if cell_data:
+            raise FieldLengthError("cell_data given but the sample has no cells")
+        return meshio.Mesh(pos, [("vertex", np.arange(n).reshape(-1, 1))], point_data=fields)
+    cells = _numpy(cells_attr)
+    cfields = {k: _numpy(v) for k, v in (getattr(data, "cell_data", None) or {}).items()}
+    cfields.update({k: _numpy(v) for k, v in (cell_data or {}).items()})
+    for name, values in cfields.items():
+        validate_field(name, values, len(cells), "cells")
+    return meshio.Mesh(pos, [(data.cell_type, cells)], point_data=fields,
+                       cell_data={k: [v] for k, v in cfields.items()})
+
+
+def read_mesh(path: str | Path, **kwargs) -> MeshData:
+    """Read any meshio-supported file into a validated :class:`MeshData` (see :func:`from_meshio`)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no mesh file at {path}")
+    return from_meshio(meshio.read(path), **kwargs)
+
+
+def _gmsh_fields(fields: Mapping[str, list]) -> dict[str, list]:
+    """Split fields (lists of per-block arrays) whose component count gmsh refuses into scalars."""
+    out = {}
+    for name, blocks in fields.items():
+        flat = [np.asarray(b).reshape(len(b), -1) for b in blocks]
+        if flat[0].shape[1] in (1, 3, 9):
+            out[name] = blocks
+            continue
+        for c in range(flat[0].shape[1]):
+            out[f"{name}[{c}]"] = [b[:, c] for b in flat]
+    return out
+
+
+def save_meshio(path: str | Path, mesh: meshio.Mesh, **kwargs) -> None:
+    """Write a :class:`meshio.Mesh` so that ParaView, XDMF and gmsh readers accept it.
+
+    Points are padded with zero columns to 3-D. For gmsh files (``.msh``, written as binary
+    ``gmsh22`` unless ``file_format`` is given) fields whose component count gmsh does not allow
+    (it takes 1, 3 or 9) are split into scalar fields ``name[0]``, ``name[1]``, ..., and missing
+    physical/geometrical tags are set to 1.
+    """
+    path = Path(path)
+    points = mesh.points
+    if points.shape[1] < 3:
+        points = np.pad(points, ((0, 0), (0, 3 - points.shape[1])))
+    point_data, cell_data = dict(mesh.point_data), dict(mesh.cell_data)
+    if path.suffix == ".msh":
+        kwargs = {"file_format": "gmsh22", "binary": True, **kwargs}
+
+        point_data = {k: v[0] for k, v in _gmsh_fields({k: [v] for k, v in point_data.items()}).items()}
+        cell_data = _gmsh_fields(cell_data)
+        ones = [np.ones(len(b.data), dtype=int) for b in mesh.cells]
+        cell_data.setdefault("gmsh:physical", ones)
+        cell_data.setdefault("gmsh:geometrical", ones)
+    meshio.write(path, meshio.Mesh(points, mesh.cells, point_data=point_data, cell_data=cell_data),
+                 **kwargs)
+
+
+def write_mesh(path: str | Path, data, point_data=None, cell_data=None, **kwargs) -> None:
+    """Write a sample with meshio; the format follows the file extension (see :func:`save_meshio`)."""
+    save_meshio(path, to_meshio(data, point_data, cell_data), **kwargs)

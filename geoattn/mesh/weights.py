@@ -1,0 +1,148 @@
+"""Quadrature weights for functions seen at the nodes of a mesh or a point cloud.
+
+A function ``u`` known at nodes ``x_i`` is integrated as :math:`\\int_D u\\,dx \\approx
+\\sum_i w_i u(x_i)`. Every sum over nodes in geoattn is such a quadrature, so the weights decide
+whether a model is a discretisation of one continuum operator. Rules and their accuracy for a
+smooth integrand (``h`` a mesh size, ``N`` the number of nodes, ``d`` the dimension):
+
+==================  ==========================================  ===================================
+rule                weights                                      error
+==================  ==========================================  ===================================
+``"lumped"``        :math:`w_i = \\int \\varphi_i` (P1/Q1 hats)   exact for affine ``u``; :math:`O(h^2)`
+``"voronoi"``       volume of node ``i``'s Voronoi cell clipped   :math:`O(N^{-1/2-1/d})` or better
+                    to a box                                     on i.i.d. random clouds (measured
+                                                                 slopes -1.1 to -1.5 in 2-D);
+                                                                 :math:`O(N^{-2})` in 1-D, where it
+                                                                 is the trapezoid rule
+``"knn"``           :math:`|B(r_k)|/(k-1)`, ``r_k`` the distance  :math:`O(N^{-1/2})`, for any
+                    to the ``k``-th neighbour (density estimate)  smooth sampling density
+``"monte_carlo"``   :math:`|D|/N`                                :math:`O(N^{-1/2})`, *only* for
+                                                                 uniform sampling (biased otherwise)
+==================  ==========================================  ===================================
+
+The Voronoi and kNN rules reflect the cloud across the faces of the box, which clips Voronoi cells
+to the box exactly and removes the boundary bias of the kNN volume estimate; both are then scaled
+so that the weights sum to the box volume.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from scipy.spatial import ConvexHull, Voronoi, cKDTree
+
+from ..errors import DimensionError, MeshError
+from .cells import lumped_mass
+from .validation import validate_points
+
+RULES = ("lumped", "voronoi", "knn", "monte_carlo")
+
+
+def _box_array(box, pos: np.ndarray) -> np.ndarray:
+    """``box`` as an array ``[2, d]`` of lower and upper corners (default: the bounding box)."""
+    d = pos.shape[1]
+    if box is None:
+        return np.stack([pos.min(0), pos.max(0)])
+    box = np.asarray(box, dtype=float)
+    if box.shape != (2, d):
+        raise DimensionError(f"box must have shape [2, {d}] (lower and upper corners), got {box.shape}")
+    if not (box[1] > box[0]).all():
+        raise MeshError(f"box upper corner {box[1].tolist()} must exceed the lower {box[0].tolist()}")
+    outside = ((pos < box[0] - 1e-12) | (pos > box[1] + 1e-12)).any(axis=1)
+    if outside.any():
+        i = int(np.flatnonzero(outside)[0])
+        raise MeshError(f"node {i} at {pos[i].tolist()} lies outside the box {box.tolist()}")
+    return box
+
+
+def _reflect(pos: np.ndarray, box: np.ndarray) -> np.ndarray:
+    """The cloud and its mirror images across each of the ``2d`` faces of ``box``."""
+    images = [pos]
+    for k in range(pos.shape[1]):
+        for side in (0, 1):
+            mirrored = pos.copy()
+            mirrored[:, k] = 2 * box[side, k] - pos[:, k]
+            images.append(mirrored)
+    return np.concatenate(images)
+
+
+def voronoi_weights(pos: np.ndarray, box=None) -> np.ndarray:
+    """Volumes of the Voronoi cells of the nodes, clipped to ``box`` (default: bounding box)."""
+    pos = validate_points(pos)
+    box = _box_array(box, pos)
+    n, d = pos.shape
+    if d == 1:
+        x = pos[:, 0]
+        order = np.argsort(x)
+        xs = x[order]
+        edges = np.concatenate([[box[0, 0]], 0.5 * (xs[1:] + xs[:-1]), [box[1, 0]]])
+        weight = np.empty(n)
+        weight[order] = np.diff(edges)
+        return weight
+    if n < d + 1:
+        raise MeshError(f"the Voronoi rule needs at least {d + 1} points in {d}-D, got {n}")
+    vor = Voronoi(_reflect(pos, box))
+    weight = np.empty(n)
+    for i in range(n):
+        region = vor.regions[vor.point_region[i]]
+        weight[i] = ConvexHull(vor.vertices[region]).volume
+    return weight
+
+
+def knn_weights(pos: np.ndarray, k: int = 8, box=None) -> np.ndarray:
+    """k-nearest-neighbour volume weights ``|B(r_k)| / (k - 1)``, scaled to the box volume."""
+    pos = validate_points(pos)
+    n, d = pos.shape
+    if not 2 <= k < n:
+        raise ValueError(f"k must satisfy 2 <= k < N = {n}, got {k}")
+    box = _box_array(box, pos)
+    tree = cKDTree(_reflect(pos, box))
+    r = tree.query(pos, k=k + 1)[0][:, -1]  # the first neighbour is the node itself
+    ball = math.pi ** (d / 2) / math.gamma(d / 2 + 1) * r**d
+    weight = ball / (k - 1)
+    return weight * (np.prod(box[1] - box[0]) / weight.sum())
+
+
+def quadrature_weights(pos, cells=None, cell_type: str | None = None, *, rule: str | None = None,
+                       box=None, k: int = 8, volume: float | None = None) -> torch.Tensor:
+    """Quadrature weights ``[N]`` for functions sampled at the nodes ``pos [N, d]``.
+
+    Args:
+        pos: node coordinates ``[N, d]`` (numpy array or tensor).
+        cells: cell connectivity ``[M, V]`` for the ``"lumped"`` rule.
+        cell_type: meshio cell type of ``cells``.
+        rule: one of ``"lumped"`` (default when cells are given), ``"voronoi"`` (default for a
+            point cloud with a ``box``), ``"knn"``, ``"monte_carlo"`` (default otherwise).
+        box: ``[[lower...], [upper...]]`` corners of the domain for the point-cloud rules (default:
+            the bounding box of the points).
+        k: neighbour count of the ``"knn"`` rule.
+        volume: domain measure ``|D|`` for ``"monte_carlo"`` (default: the box volume).
+
+    Returns:
+        A float64 tensor (or ``pos``'s floating dtype when ``pos`` is a tensor) of non-negative
+        weights.
+    """
+    if rule is None:
+        rule = "lumped" if cells is not None else ("voronoi" if box is not None else "monte_carlo")
+    dtype = pos.dtype if isinstance(pos, torch.Tensor) and pos.is_floating_point() else torch.float64
+    device = pos.device if isinstance(pos, torch.Tensor) else None
+    p = validate_points(pos)
+    if rule == "lumped":
+        if cells is None or cell_type is None:
+            raise ValueError("the 'lumped' rule needs cells and cell_type")
+        cells = cells.detach().cpu().numpy() if isinstance(cells, torch.Tensor) else cells
+        w = lumped_mass(p, cells, cell_type)
+    elif rule == "voronoi":
+        w = voronoi_weights(p, box)
+    elif rule == "knn":
+        w = knn_weights(p, k, box)
+    elif rule == "monte_carlo":
+        if volume is None:
+            b = _box_array(box, p)
+            volume = float(np.prod(b[1] - b[0]))
+        w = np.full(len(p), volume / len(p))
+    else:
+        raise ValueError(f"unknown quadrature rule {rule!r}; choose one of {RULES}")
+    return torch.as_tensor(w, dtype=dtype, device=device)
