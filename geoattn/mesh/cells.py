@@ -2,15 +2,11 @@
 
 Supported cell types use meshio's names and vertex orderings:
 
-=============  ===  ========  ========================================================
-meshio name    dim  vertices  reference cell
-=============  ===  ========  ========================================================
-``line``       1    2         segment ``[0, 1]``
-``triangle``   2    3         simplex, counter-clockwise
-``quad``       2    4         ``[0,1]^2``, counter-clockwise (bilinear Q1 map)
-``tetra``      3    4         simplex, positive orientation
-``hexahedron`` 3    8         ``[0,1]^3``, VTK order: bottom face, then top (trilinear)
-=============  ===  ========  ========================================================
+- ``line``: 1-D, 2 vertices, the segment ``[0, 1]``;
+- ``triangle``: 2-D, 3 vertices, counter-clockwise;
+- ``quad``: 2-D, 4 vertices, ``[0, 1]^2`` counter-clockwise (bilinear Q1 map);
+- ``tetra``: 3-D, 4 vertices, positive orientation;
+- ``hexahedron``: 3-D, 8 vertices, ``[0, 1]^3`` in VTK order, bottom face then top (trilinear).
 
 The lumped mass weight of node ``i`` is :math:`w_i = \\int_D \\varphi_i\\,dx`, the integral of its
 P1/Q1 hat function. Because the element maps are isoparametric, :math:`\\sum_i \\varphi_i = 1`

@@ -5,20 +5,15 @@ A function ``u`` known at nodes ``x_i`` is integrated as :math:`\\int_D u\\,dx \
 whether a model is a discretisation of one continuum operator. Rules and their accuracy for a
 smooth integrand (``h`` a mesh size, ``N`` the number of nodes, ``d`` the dimension):
 
-==================  ==========================================  ===================================
-rule                weights                                      error
-==================  ==========================================  ===================================
-``"lumped"``        :math:`w_i = \\int \\varphi_i` (P1/Q1 hats)   exact for affine ``u``; :math:`O(h^2)`
-``"voronoi"``       volume of node ``i``'s Voronoi cell clipped   :math:`O(N^{-1/2-1/d})` or better
-                    to a box                                     on i.i.d. random clouds (measured
-                                                                 slopes -1.1 to -1.5 in 2-D);
-                                                                 :math:`O(N^{-2})` in 1-D, where it
-                                                                 is the trapezoid rule
-``"knn"``           :math:`|B(r_k)|/(k-1)`, ``r_k`` the distance  :math:`O(N^{-1/2})`, for any
-                    to the ``k``-th neighbour (density estimate)  smooth sampling density
-``"monte_carlo"``   :math:`|D|/N`                                :math:`O(N^{-1/2})`, *only* for
-                                                                 uniform sampling (biased otherwise)
-==================  ==========================================  ===================================
+- ``"lumped"``: :math:`w_i = \\int \\varphi_i` (P1/Q1 hat functions); exact for affine ``u``,
+  :math:`O(h^2)` for smooth ``u``.
+- ``"voronoi"``: the volume of node ``i``'s Voronoi cell clipped to a box; exact for constants,
+  :math:`O(N^{-1/2-1/d})` or better on i.i.d. random clouds (measured slopes -1.1 to -1.5 in
+  2-D), :math:`O(N^{-2})` in 1-D where it is the trapezoid rule.
+- ``"knn"``: :math:`|B(r_k)|/(k-1)`, ``r_k`` the distance to the ``k``-th neighbour (a density
+  estimate); :math:`O(N^{-1/2})` for any smooth sampling density.
+- ``"monte_carlo"``: :math:`|D|/N`; :math:`O(N^{-1/2})` *only* for uniform sampling, biased
+  otherwise.
 
 The Voronoi and kNN rules reflect the cloud across the faces of the box, which clips Voronoi cells
 to the box exactly and removes the boundary bias of the kNN volume estimate; both are then scaled

@@ -1,0 +1,26 @@
+"""Sphinx configuration for the geoattn documentation."""
+
+import geoattn
+
+project = "geoattn"
+author = "the geoattn developers"
+copyright = "2026, the geoattn developers"
+release = version = geoattn.__version__
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.mathjax",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.viewcode",
+]
+autosummary_generate = True
+autodoc_default_options = {"members": True, "show-inheritance": True}
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+napoleon_google_docstring = True
+napoleon_custom_sections = [("Shapes", "params_style")]
+exclude_patterns = ["_build"]
+html_theme = "alabaster"
+nitpicky = False
+suppress_warnings = ["autosummary.import_cycle"]
