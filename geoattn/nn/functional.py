@@ -1,0 +1,197 @@
+r"""Weighted integrals shared by the attention and integral-operator layers.
+
+Every layer in :mod:`geoattn.nn` that sums over nodes does it through these helpers, so the
+quadrature :math:`\int_D f\,dy \approx \sum_j w_j f_j` is written once:
+
+- :func:`dense_batch` pads flat, batched node tensors to ``[B, L, ...]``; padded nodes get
+  weight 0 and therefore drop out of every quadrature.
+- :func:`log_weight_bias` turns weights into the additive attention bias :math:`\log w_j`
+  (:math:`-\infty` for :math:`w_j = 0`).
+- :func:`quadrature_attention` is softmax attention with the integral normaliser,
+  :math:`\sum_j w_j e^{s_{ij}} v_j / \sum_l w_l e^{s_{il}}`, through
+  :func:`torch.nn.functional.scaled_dot_product_attention` (fused kernels, no :math:`N \times N`
+  matrix on the memory-efficient paths).
+- :func:`weighted_gram` is the matrix-valued analogue of :func:`geoattn.mesh.integrate`,
+  :math:`\int_D a(y)^\top b(y)\,dy \approx \sum_j w_j a_j^\top b_j` per graph, computed with one
+  matrix product per graph (segment sums, no padding); :func:`segment_matmul` applies the per-graph
+  result back to the nodes.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch_geometric.utils import to_dense_batch
+
+__all__ = [
+    "DenseBatch",
+    "dense_batch",
+    "log_weight_bias",
+    "num_graphs",
+    "quadrature_attention",
+    "segment_matmul",
+    "weighted_gram",
+]
+
+
+class DenseBatch(NamedTuple):
+    """Padded view of a flat batch: ``x [B, L, C]``, ``pos [B, L, d]`` (or ``None``),
+    ``weight [B, L]`` (0 on padding) and ``mask [B, L]`` (``True`` on real nodes)."""
+
+    x: torch.Tensor
+    pos: torch.Tensor | None
+    weight: torch.Tensor
+    mask: torch.Tensor
+
+
+def num_graphs(*batches: torch.Tensor | None) -> int:
+    """Number of graphs ``B`` described by one or more (possibly ``None``) batch vectors."""
+    sizes = [int(b.max()) + 1 for b in batches if b is not None and b.numel() > 0]
+    return max(sizes, default=1)
+
+
+def dense_batch(x: torch.Tensor, pos: torch.Tensor | None, weight: torch.Tensor,
+                batch: torch.Tensor | None = None, batch_size: int | None = None) -> DenseBatch:
+    """Pad flat node tensors of a PyG batch to dense ``[B, L, ...]`` tensors.
+
+    Padded nodes get weight 0, so they contribute nothing to any quadrature built on the result.
+
+    Args:
+        x: node features ``[N, C]``.
+        pos: node coordinates ``[N, d]`` or ``None``.
+        weight: quadrature weights ``[N]``.
+        batch: graph index of each node ``[N]``, sorted as PyG batches are (``None``: one graph).
+        batch_size: number of graphs ``B`` (default: from ``batch``); needed when the last graphs
+            of a cross-operator have no nodes on this side.
+
+    Returns:
+        :class:`DenseBatch` ``(x [B, L, C], pos [B, L, d] | None, weight [B, L], mask [B, L])``.
+    """
+    if weight.dim() != 1 or weight.shape[0] != x.shape[0]:
+        raise ValueError(f"weight must have shape [N] = [{x.shape[0]}], got {tuple(weight.shape)}")
+    if batch is None:
+        batch = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+    x_d, mask = to_dense_batch(x, batch, batch_size=batch_size)  # (B, L, C), (B, L)
+    w_d, _ = to_dense_batch(weight, batch, fill_value=0.0, batch_size=batch_size)  # (B, L)
+    pos_d = None if pos is None else to_dense_batch(pos, batch, batch_size=batch_size)[0]
+    return DenseBatch(x_d, pos_d, w_d, mask)
+
+
+def log_weight_bias(weight: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    r"""The additive attention bias :math:`\log w_j`, with :math:`-\infty` where :math:`w_j = 0`.
+
+    Adding it to the scores turns the discrete softmax into the quadrature of the continuum
+    normaliser: :math:`\operatorname{softmax}_j(s_{ij} + \log w_j) =
+    w_j e^{s_{ij}} / \sum_l w_l e^{s_{il}}`. Uniform weights add a constant, which softmax ignores.
+
+    Args:
+        weight: non-negative weights ``[..., L]`` (padding: 0).
+        dtype: dtype of the result (default: ``weight.dtype``).
+
+    Returns:
+        ``[..., L]``, same shape as ``weight``.
+    """
+    positive = weight > 0
+    # the clamp keeps log and its gradient finite where the bias is replaced by -inf
+    bias = torch.where(positive, torch.log(weight.clamp_min(torch.finfo(weight.dtype).tiny)),
+                       torch.full_like(weight, float("-inf")))
+    return bias.to(dtype or weight.dtype)
+
+
+def quadrature_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, weight: torch.Tensor,
+                         dropout_p: float = 0.0, scale: float | None = None) -> torch.Tensor:
+    r"""Softmax attention as a quadrature of the continuum attention integral.
+
+    .. math::
+        \mathrm{out}_i = \frac{\sum_j w_j \exp(s_{ij}) v_j}{\sum_l w_l \exp(s_{il})}, \qquad
+        s_{ij} = \frac{\langle q_i, k_j \rangle}{\sqrt{d_k}},
+
+    the discretisation of
+    :math:`\int_E \exp(s(x,y)) v(y)\,dy / \int_E \exp(s(x,y'))\,dy'`. A graph whose source weights
+    are all zero (an empty integral) gives output 0 instead of NaN.
+
+    Args:
+        q: queries ``[B, H, Lq, D]``.
+        k: keys ``[B, H, Lk, D]``.
+        v: values ``[B, H, Lk, Dv]``.
+        weight: source weights ``[B, Lk]`` (0 on padding).
+        dropout_p: dropout on the attention probabilities (pass 0 in eval mode).
+        scale: score scale (default :math:`1/\sqrt{D}`).
+
+    Returns:
+        ``[B, H, Lq, Dv]``.
+    """
+    has_mass = (weight > 0).any(dim=-1)  # (B,)
+    bias = log_weight_bias(weight, dtype=q.dtype)
+    bias = torch.where(has_mass[:, None], bias, torch.zeros_like(bias))
+    bias = bias[:, None, None, :]  # (B, 1, 1, Lk), broadcast over heads and queries
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale)
+    if not bool(has_mass.all()):
+        out = out * has_mass.to(out.dtype)[:, None, None, None]
+    return out
+
+
+def _segments(batch: torch.Tensor | None, n: int, num_graphs: int | None):
+    """Node order sorting ``batch`` and the node count of each graph."""
+    if batch is None:
+        return None, [n]
+    b = num_graphs if num_graphs is not None else int(batch.max()) + 1 if n else 0
+    counts = torch.bincount(batch, minlength=b).tolist()
+    sorted_already = n < 2 or bool((batch[1:] >= batch[:-1]).all())
+    return (None if sorted_already else torch.argsort(batch, stable=True)), counts
+
+
+def weighted_gram(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor,
+                  batch: torch.Tensor | None = None,
+                  num_graphs: int | None = None) -> torch.Tensor:
+    r"""Per-graph weighted Gram matrix :math:`\sum_j w_j a_j^\top b_j \approx \int a^\top b\,dy`.
+
+    The matrix-valued form of :func:`geoattn.mesh.integrate`: it equals
+    ``integrate(a[..., :, None] * b[..., None, :], weight, batch)`` but never forms the
+    per-node outer products; each graph costs one matrix product over its own nodes.
+
+    Args:
+        a: ``[N, *, Ca]``.
+        b: ``[N, *, Cb]`` (same middle dimensions ``*`` as ``a``, e.g. heads).
+        weight: quadrature weights ``[N]``.
+        batch: graph index of each node ``[N]`` (``None``: one graph).
+        num_graphs: number of graphs ``B`` (default: ``batch.max() + 1``).
+
+    Returns:
+        ``[*, Ca, Cb]`` without ``batch``; ``[B, *, Ca, Cb]`` with it.
+    """
+    wa = a * weight.view(-1, *([1] * (a.dim() - 1))).to(a.dtype)
+    if batch is None:
+        return torch.einsum("n...i,n...j->...ij", wa, b)
+    order, counts = _segments(batch, a.shape[0], num_graphs)
+    if order is not None:
+        wa, b = wa[order], b[order]
+    grams = [torch.einsum("n...i,n...j->...ij", wa_g, b_g)
+             for wa_g, b_g in zip(wa.split(counts), b.split(counts))]
+    return torch.stack(grams)  # (B, *, Ca, Cb)
+
+
+def segment_matmul(q: torch.Tensor, s: torch.Tensor,
+                   batch: torch.Tensor | None = None) -> torch.Tensor:
+    """Multiply each node's row vector by the matrix of its graph: ``out_i = q_i @ s[batch_i]``.
+
+    Args:
+        q: ``[N, *, Ca]``.
+        s: ``[*, Ca, Cb]`` without ``batch``; ``[B, *, Ca, Cb]`` with it.
+        batch: graph index of each node ``[N]`` (``None``: one graph).
+
+    Returns:
+        ``[N, *, Cb]``.
+    """
+    if batch is None:
+        return torch.einsum("n...i,...ij->n...j", q, s)
+    order, counts = _segments(batch, q.shape[0], s.shape[0])
+    q_sorted = q if order is None else q[order]
+    out = torch.cat([torch.einsum("n...i,...ij->n...j", q_g, s_g)
+                     for q_g, s_g in zip(q_sorted.split(counts), s)])  # (N, *, Cb), sorted order
+    if order is None:
+        return out
+    return torch.empty_like(out).index_copy_(0, order, out)
+
