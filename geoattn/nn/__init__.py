@@ -4,7 +4,13 @@
 """
 
 from . import functional
+from .continuum_attention import ContinuumAttention, ContinuumCrossAttention
+from .galerkin_attention import FourierAttention, GalerkinAttention
 
 __all__ = [
+    "ContinuumAttention",
+    "ContinuumCrossAttention",
+    "FourierAttention",
+    "GalerkinAttention",
     "functional",
 ]
