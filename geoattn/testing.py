@@ -1,0 +1,149 @@
+r"""Property checks for layers that discretise continuum operators.
+
+Each check states a mathematical property of a layer with the common signature
+``layer(x, pos, weight, batch=None) -> [N, C]`` and raises ``AssertionError`` with the measured
+deviation when it fails, so a test is one line:
+
+- :func:`assert_permutation_equivariant`: renumbering nodes renumbers the outputs;
+- :func:`assert_batch_independent`: a graph's output does not depend on the other graphs in its
+  batch;
+- :func:`assert_padding_invariant`: extra nodes of weight 0 change no other output;
+- :func:`assert_duplication_invariant`: duplicating a node and splitting its weight in half
+  changes no output (the quadrature sees the same measure);
+- :func:`refinement_samples` samples one function on uniform refinements of a mesh, and
+  :func:`convergence_rate` / :func:`assert_convergence_rate` fit the order :math:`p` of a
+  cross-mesh convergence study, :math:`e(h) \approx C h^p`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+__all__ = [
+    "assert_batch_independent",
+    "assert_convergence_rate",
+    "assert_duplication_invariant",
+    "assert_padding_invariant",
+    "assert_permutation_equivariant",
+    "convergence_rate",
+    "refinement_samples",
+]
+
+Layer = Callable[..., torch.Tensor]
+
+
+def _assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str, atol: float,
+                  rtol: float) -> None:
+    if not torch.allclose(actual, expected, atol=atol, rtol=rtol):
+        err = (actual - expected).abs().max().item()
+        raise AssertionError(f"{what}: max deviation {err:.3e} (atol={atol}, rtol={rtol})")
+
+
+def _tolerances(x: torch.Tensor, atol: float | None, rtol: float | None) -> tuple[float, float]:
+    eps = torch.finfo(x.dtype).eps
+    return (atol if atol is not None else 1e3 * eps, rtol if rtol is not None else 1e3 * eps)
+
+
+def assert_permutation_equivariant(layer: Layer, x: torch.Tensor, pos: torch.Tensor,
+                                   weight: torch.Tensor, batch: torch.Tensor | None = None, *,
+                                   generator: torch.Generator | None = None,
+                                   atol: float | None = None, rtol: float | None = None) -> None:
+    """``layer(P x, P pos, P w) == P layer(x, pos, w)`` for a random node permutation ``P``.
+
+    With ``batch`` the permutation shuffles nodes within each graph, so the batch stays sorted.
+    """
+    atol, rtol = _tolerances(x, atol, rtol)
+    keys = torch.rand(x.shape[0], generator=generator).to(x.device)
+    if batch is not None:
+        keys = keys + batch.to(keys.dtype) * 2.0  # graphs stay in order, nodes shuffle inside
+    perm = torch.argsort(keys)
+    out = layer(x, pos, weight, batch)
+    out_perm = layer(x[perm], pos[perm], weight[perm], None if batch is None else batch[perm])
+    _assert_close(out_perm, out[perm], "permutation equivariance", atol, rtol)
+
+
+def assert_batch_independent(layer: Layer, samples: Sequence[tuple[torch.Tensor, ...]], *,
+                             atol: float | None = None, rtol: float | None = None) -> None:
+    """Outputs on a batch of ``(x, pos, weight)`` samples equal the outputs of each sample alone."""
+    xs, poss, ws = zip(*samples)
+    atol, rtol = _tolerances(xs[0], atol, rtol)
+    batch = torch.cat([torch.full((x.shape[0],), i, dtype=torch.long, device=x.device)
+                       for i, x in enumerate(xs)])
+    out = layer(torch.cat(xs), torch.cat(poss), torch.cat(ws), batch)
+    alone = torch.cat([layer(x, p, w) for x, p, w in samples])
+    _assert_close(out, alone, "batch independence", atol, rtol)
+
+
+def assert_padding_invariant(layer: Layer, x: torch.Tensor, pos: torch.Tensor,
+                             weight: torch.Tensor, batch: torch.Tensor | None = None,
+                             num_pad: int = 3, *, generator: torch.Generator | None = None,
+                             atol: float | None = None, rtol: float | None = None) -> None:
+    """Appending ``num_pad`` random nodes of weight 0 to every graph leaves all other outputs
+    unchanged."""
+    atol, rtol = _tolerances(x, atol, rtol)
+    if batch is None:
+        batch = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+    b = int(batch.max()) + 1
+    pad_batch = torch.arange(b, device=x.device).repeat_interleave(num_pad)
+    n_pad = pad_batch.shape[0]
+    pad_x = torch.randn(n_pad, *x.shape[1:], generator=generator).to(x)
+    pad_pos = torch.rand(n_pad, *pos.shape[1:], generator=generator).to(pos)
+    order = torch.argsort(torch.cat([batch, pad_batch]), stable=True)
+    padded = [torch.cat(pair)[order] for pair in
+              ((x, pad_x), (pos, pad_pos), (weight, weight.new_zeros(n_pad)),
+               (batch, pad_batch))]
+    out = layer(*padded)
+    is_real = torch.cat([torch.ones_like(batch, dtype=torch.bool),
+                         torch.zeros_like(pad_batch, dtype=torch.bool)])[order]
+    _assert_close(out[is_real], layer(x, pos, weight, batch), "padding invariance", atol, rtol)
+
+
+def assert_duplication_invariant(layer: Layer, x: torch.Tensor, pos: torch.Tensor,
+                                 weight: torch.Tensor, index: int, *,
+                                 atol: float | None = None, rtol: float | None = None) -> None:
+    """Duplicating node ``index`` (appended last) and giving each copy half its weight changes
+    no output; the copy's output equals the original node's."""
+    atol, rtol = _tolerances(x, atol, rtol)
+    w2 = weight.clone()
+    w2[index] = weight[index] / 2
+    out = layer(x, pos, weight)
+    out2 = layer(torch.cat([x, x[index:index + 1]]), torch.cat([pos, pos[index:index + 1]]),
+                 torch.cat([w2, w2[index:index + 1]]))
+    _assert_close(out2, torch.cat([out, out[index:index + 1]]), "node duplication invariance",
+                  atol, rtol)
+
+
+def refinement_samples(mesh, times: Sequence[int],
+                       function: Callable[[torch.Tensor], torch.Tensor],
+                       dtype: torch.dtype = torch.float64) -> list[tuple[torch.Tensor, ...]]:
+    """``(x, pos, weight, h)`` of ``function(pos)`` on ``refine(mesh, t)`` for each ``t``.
+
+    Red refinement keeps the nodes of the coarser mesh first and in order, so node ``i`` of the
+    unrefined mesh is node ``i`` of every refinement. ``h`` is the mesh size relative to the
+    unrefined mesh, ``2**-t``; weights are lumped P1/Q1 mass.
+    """
+    from .mesh import families, from_meshio
+
+    samples = []
+    for t in times:
+        data = from_meshio(families.refine(mesh, t) if t else mesh, dtype=dtype)
+        samples.append((function(data.pos), data.pos, data.weight, 2.0**-t))
+    return samples
+
+
+def convergence_rate(h: Sequence[float], errors: Sequence[float]) -> float:
+    """Least-squares slope :math:`p` of :math:`\\log e` against :math:`\\log h`."""
+    return float(np.polyfit(np.log(np.asarray(h, float)), np.log(np.asarray(errors, float)), 1)[0])
+
+
+def assert_convergence_rate(h: Sequence[float], errors: Sequence[float], expected: float,
+                            tol: float = 0.3) -> float:
+    """The fitted order is within ``tol`` of ``expected``; returns the fitted order."""
+    rate = convergence_rate(h, errors)
+    if abs(rate - expected) > tol:
+        raise AssertionError(f"convergence rate {rate:.3f}, expected {expected} +- {tol} "
+                             f"(h={list(h)}, errors={list(errors)})")
+    return rate
