@@ -56,6 +56,22 @@ class UnsupportedCellError(MeshError):
     """The cell type is not one geoattn supports."""
 
 
+class ChannelError(MeshError):
+    """Input values have a different number of channels than the model was built for."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is missing, truncated, corrupted or not a geoattn checkpoint."""
+
+
+class NonFiniteLossError(ValueError):
+    """The training loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+class DatasetFileError(ValueError):
+    """A dataset file is missing parts, truncated, corrupted, incomplete, or not a geoattn dataset."""
+
+
 class UnusedNodeWarning(UserWarning):
     """Some nodes belong to no cell; they get zero lumped-mass weight (``unused="warn"``)."""
 
@@ -73,5 +89,9 @@ __all__ = [
     "FieldLengthError",
     "WeightError",
     "UnsupportedCellError",
+    "ChannelError",
+    "CheckpointError",
+    "NonFiniteLossError",
     "UnusedNodeWarning",
+    "DatasetFileError",
 ]

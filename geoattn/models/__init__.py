@@ -1,0 +1,14 @@
+"""Neural operators built from :mod:`geoattn.nn` layers; :func:`build_model` makes one by name.
+
+Every model stores its constructor arguments in ``model.hparams`` so a checkpoint rebuilds it.
+"""
+
+from .base import MODELS, NeuralOperator, build_model
+from .tno import TNO
+
+__all__ = [
+    "MODELS",
+    "NeuralOperator",
+    "TNO",
+    "build_model",
+]

@@ -1,0 +1,73 @@
+"""The base class of every neural operator and the ``build_model`` registry.
+
+A model subclass registers itself by name (``class TNO(NeuralOperator, name="tno")``) and its
+constructor arguments are recorded automatically in ``model.hparams``, so a checkpoint stores
+``(name, hparams, state_dict)`` and :func:`build_model` rebuilds the model from them.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import ChannelError, DimensionError
+
+MODELS: dict[str, type[NeuralOperator]] = {}
+
+
+class NeuralOperator(nn.Module):
+    """A map between functions discretised as ``(x [N, C_in], pos [N, d], weight [N])``.
+
+    Subclasses take ``in_channels``, ``out_channels`` and ``dim`` (spatial dimension) first and
+    implement ``forward(x, pos, weight, batch=None, ...)``. :meth:`check_inputs` rejects inputs
+    of the wrong width or dimension with a typed error instead of a shape error inside torch.
+    """
+
+    model_name: str = ""
+    hparams: dict[str, Any]
+
+    def __init_subclass__(cls, name: str | None = None, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if name is None:
+            return
+        if name in MODELS:
+            raise ValueError(f"model name {name!r} is already registered by {MODELS[name].__name__}")
+        MODELS[name] = cls
+        cls.model_name = name
+        init = cls.__init__
+        signature = inspect.signature(init)
+
+        @functools.wraps(init)
+        def recording_init(self, *args, **kw):
+            bound = signature.bind(self, *args, **kw)
+            bound.apply_defaults()
+            init(self, *args, **kw)
+            if type(self) is cls:
+                self.hparams = {k: v for k, v in bound.arguments.items() if k != "self"}
+
+        cls.__init__ = recording_init
+
+    def check_inputs(self, x: torch.Tensor, pos: torch.Tensor) -> None:
+        """Raise :class:`~geoattn.errors.DimensionError` / :class:`~geoattn.errors.ChannelError`
+        when ``pos`` or ``x`` do not match the dimension and channels the model was built for."""
+        if pos.dim() != 2 or pos.shape[1] != self.dim:
+            raise DimensionError(
+                f"{type(self).__name__} was built for {self.dim}-D coordinates but got pos of shape "
+                f"{tuple(pos.shape)}; use a mesh of dimension {self.dim} or build a model with dim={pos.shape[-1]}")
+        if x.dim() != 2 or x.shape[1] != self.in_channels:
+            raise ChannelError(
+                f"{type(self).__name__} expects {self.in_channels} input channel(s) but got x of shape "
+                f"{tuple(x.shape)}; pass a field with {self.in_channels} component(s)")
+        if x.shape[0] != pos.shape[0]:
+            raise ChannelError(f"x has {x.shape[0]} rows but pos has {pos.shape[0]} nodes")
+
+
+def build_model(name: str, **kwargs) -> NeuralOperator:
+    """Build the model registered as ``name`` (``"tno"``, ``"galerkin"``, ...) from keyword arguments."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; available: {sorted(MODELS)}")
+    return MODELS[name](**kwargs)

@@ -1,0 +1,94 @@
+"""Transformer Neural Operator (TNO): continuum self-attention encoder on any mesh."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..nn.continuum_attention import ContinuumAttention, ContinuumCrossAttention
+from .base import NeuralOperator
+from .encoder import EncoderBlock, PointwiseMLP
+
+
+class TNO(NeuralOperator, name="tno"):
+    """The Transformer Neural Operator of Calvello, Kovachki, Levine and Stuart
+    (`arXiv:2406.06486 <https://arxiv.org/abs/2406.06486>`_, §4.2), on unstructured meshes.
+
+    A pointwise lift of input values and coordinates, ``depth`` post-LayerNorm blocks of continuum
+    self-attention (:class:`~geoattn.nn.ContinuumAttention`, quadrature weights as log-biases) and a
+    pointwise feed-forward network, and a pointwise projection:
+
+    .. math::
+        h_0(x) = L\\big(u(x), x\\big), \\quad
+        h_{\\ell+1} = \\operatorname{LN}\\big(g + F(g)\\big),\\;
+        g = \\operatorname{LN}\\big(h_\\ell + A(h_\\ell)\\big), \\quad
+        \\mathcal{G}(u)(x) = P\\big(h_{\\text{depth}}(x)\\big),
+
+    .. math::
+        A(h)(x_i) = \\sum_j \\operatorname{softmax}_j\\Big(
+            \\frac{\\langle Q h_i, K h_j\\rangle}{\\sqrt{d_k}} + \\log w_j\\Big) V h_j .
+
+    With ``decoder="cross"`` the output is read at query points :math:`y` (any other mesh, or the
+    input mesh itself) through one continuum cross-attention from an embedding of the query
+    coordinates, :math:`z(y) = \\operatorname{LN}(E(y) + C(E(y), h_{\\text{depth}}))`,
+    :math:`\\mathcal{G}(u)(y) = P(z(y))`, so the model answers on a mesh other than its input.
+    With the default ``decoder="pointwise"`` it answers on its input mesh.
+
+    Args:
+        in_channels: input function channels ``C_in``.
+        out_channels: output function channels ``C_out``.
+        dim: spatial dimension ``d`` (default ``2``).
+        width: channels of the encoder ``C`` (default ``64``).
+        depth: number of encoder blocks (default ``3``).
+        heads: attention heads (default ``4``).
+        ff_mult: feed-forward hidden size as a multiple of ``width`` (default ``2``).
+        dropout: attention dropout (default ``0.0``).
+        decoder: ``"pointwise"`` (default) or ``"cross"``.
+
+    Shapes:
+        - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional),
+          ``pos_query [Nq, d]`` and ``batch_query [Nq]`` (optional, ``decoder="cross"`` only).
+        - output: ``[N, C_out]``, or ``[Nq, C_out]`` with a query mesh.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
+                 depth: int = 3, heads: int = 4, ff_mult: int = 2, dropout: float = 0.0,
+                 decoder: str = "pointwise"):
+        super().__init__()
+        if decoder not in ("pointwise", "cross"):
+            raise ValueError(f"decoder must be 'pointwise' or 'cross', got {decoder!r}")
+        self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
+        self.decoder = decoder
+        self.lift = PointwiseMLP(in_channels + dim, width, width)
+        self.blocks = nn.ModuleList(
+            EncoderBlock(ContinuumAttention(width, heads=heads, dropout=dropout), width, ff_mult)
+            for _ in range(depth))
+        if decoder == "cross":
+            self.query_embed = PointwiseMLP(dim, width, width)
+            self.cross = ContinuumCrossAttention(width, heads=heads, dropout=dropout)
+            self.cross_norm = nn.LayerNorm(width)
+        self.project = PointwiseMLP(width, 2 * width, out_channels)
+
+    def encode(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
+               batch: torch.Tensor | None = None) -> torch.Tensor:
+        """The encoder features ``[N, width]`` on the input mesh."""
+        self.check_inputs(x, pos)
+        h = self.lift(torch.cat([x, pos], dim=-1))
+        for block in self.blocks:
+            h = block(h, pos, weight, batch)
+        return h
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
+                batch: torch.Tensor | None = None, pos_query: torch.Tensor | None = None,
+                batch_query: torch.Tensor | None = None) -> torch.Tensor:
+        h = self.encode(x, pos, weight, batch)
+        if self.decoder == "pointwise":
+            if pos_query is not None:
+                raise ValueError("this TNO answers on its input mesh (decoder='pointwise'); "
+                                 "build it with decoder='cross' to answer on a query mesh")
+            return self.project(h)
+        if pos_query is None:
+            pos_query, batch_query = pos, batch
+        q = self.query_embed(pos_query)
+        z = self.cross_norm(q + self.cross(q, pos_query, h, pos, weight, batch_query, batch))
+        return self.project(z)

@@ -1,0 +1,22 @@
+"""Training: weighted losses and normalisers, checkpoints, and the training loop."""
+
+from .checkpoint import load_checkpoint, load_operator, operator_payload, save_checkpoint
+from .loss import p1_gradients, relative_h1, relative_l2
+from .normalizer import GaussianNormalizer
+from .operator import NormalizedOperator
+from .trainer import Trainer, evaluate_errors, sample_errors
+
+__all__ = [
+    "GaussianNormalizer",
+    "NormalizedOperator",
+    "Trainer",
+    "evaluate_errors",
+    "load_checkpoint",
+    "load_operator",
+    "operator_payload",
+    "p1_gradients",
+    "relative_h1",
+    "relative_l2",
+    "sample_errors",
+    "save_checkpoint",
+]

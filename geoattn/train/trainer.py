@@ -1,0 +1,178 @@
+"""The training loop: AdamW with a one-cycle schedule on the weighted relative error.
+
+Every epoch is reproducible on its own (its shuffle and dropout draws are seeded by
+``(seed, epoch)``), and a checkpoint is written atomically at the end of each epoch, so a run
+killed at any point and resumed with ``resume=True`` reaches the same weights as an
+uninterrupted run. Under ``torchrun`` each process takes an equal share of every batch and
+:class:`~torch.nn.parallel.DistributedDataParallel` averages the gradients, which equals the
+single-process step when ``batch_size`` is a multiple of the number of processes.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch_geometric.data import Batch
+from tqdm.auto import tqdm
+
+from ..errors import NonFiniteLossError
+from .checkpoint import load_checkpoint, operator_payload, save_checkpoint
+from .loss import relative_h1, relative_l2
+from .operator import NormalizedOperator
+
+log = logging.getLogger(__name__)
+
+LAST, BEST, METRICS = "last.pt", "best.pt", "metrics.csv"
+
+
+def sample_errors(operator: torch.nn.Module, batch, h1: bool = False) -> torch.Tensor:
+    """Per-sample relative :math:`L^2` (or :math:`H^1`) errors ``[B]`` of ``operator`` on a batch."""
+    pred = operator(batch.x, batch.pos, batch.weight, batch.batch)
+    if h1:
+        return relative_h1(pred, batch.y, batch.pos, batch.weight, batch.cells, batch.batch,
+                           batch.num_graphs, reduction="none")
+    return relative_l2(pred, batch.y, batch.weight, batch.batch, batch.num_graphs, reduction="none")
+
+
+@torch.no_grad()
+def evaluate_errors(operator: NormalizedOperator, samples: Sequence, batch_size: int = 4,
+                    h1: bool = False) -> torch.Tensor:
+    """Relative errors ``[S]`` of ``operator`` on every sample (eval mode, no gradients)."""
+    was_training = operator.training
+    operator.eval()
+    device = next(operator.parameters()).device
+    errors = [sample_errors(operator, Batch.from_data_list(list(samples[i:i + batch_size])).to(device), h1)
+              for i in range(0, len(samples), batch_size)]
+    operator.train(was_training)
+    return torch.cat(errors)
+
+
+class Trainer:
+    """Fits a :class:`NormalizedOperator` to samples ``(x, pos, weight, y)``.
+
+    The loss is the mean over samples of the relative :math:`L^2(D)` error (or :math:`H^1(D)`
+    with ``h1=True``) in physical units, after fitting the weighted normalisers on the training
+    set. Writes ``last.pt``, ``best.pt`` (lowest validation error, or training error without a
+    validation set) and ``metrics.csv`` to ``out_dir``.
+
+    Args:
+        operator: the model with its normalisers.
+        out_dir: folder for checkpoints and metrics (default ``None``: write nothing).
+        epochs: number of epochs (default ``20``).
+        batch_size: samples per optimiser step, over all processes (default ``4``).
+        lr: peak learning rate of the one-cycle schedule (default ``1e-3``).
+        weight_decay: AdamW weight decay (default ``1e-4``).
+        clip: maximum gradient norm (default ``1.0``; ``None``: no clipping).
+        h1: train on the relative :math:`H^1` error (default ``False``).
+        seed: seed of the shuffles and dropout draws (default ``0``).
+        progress: show a progress bar (default ``True``).
+    """
+
+    def __init__(self, operator: NormalizedOperator, out_dir: str | Path | None = None, *,
+                 epochs: int = 20, batch_size: int = 4, lr: float = 1e-3, weight_decay: float = 1e-4,
+                 clip: float | None = 1.0, h1: bool = False, seed: int = 0, progress: bool = True):
+        self.operator = operator
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.epochs, self.batch_size, self.lr = epochs, batch_size, lr
+        self.weight_decay, self.clip, self.h1 = weight_decay, clip, h1
+        self.seed, self.progress = seed, progress
+        distributed = dist.is_available() and dist.is_initialized()
+        self.rank = dist.get_rank() if distributed else 0
+        self.world = dist.get_world_size() if distributed else 1
+        if batch_size % self.world:
+            raise ValueError(f"batch_size={batch_size} must be a multiple of the {self.world} processes")
+        self.history: list[dict[str, float]] = []
+
+    def _write(self, name: str, payload: dict) -> None:
+        if self.out_dir is not None and self.rank == 0:
+            save_checkpoint(self.out_dir / name, payload)
+
+    def _write_metrics(self) -> None:
+        if self.out_dir is None or self.rank != 0 or not self.history:
+            return
+        with open(self.out_dir / METRICS, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(self.history[0]))
+            writer.writeheader()
+            writer.writerows(self.history)
+
+    def fit(self, train: Sequence, val: Sequence | None = None, resume: bool = False,
+            on_step: Callable[[int, int], None] | None = None) -> list[dict[str, float]]:
+        """Train and return the per-epoch metrics (``epoch``, ``train``, ``val``, ``lr``, ``seconds``).
+
+        ``resume=True`` continues from ``out_dir/last.pt`` when it exists. ``on_step(epoch, step)``
+        is called before every optimiser step (for tests and monitoring).
+        """
+        op = self.operator
+        device = next(op.parameters()).device
+        op.x_normalizer.fit((d.x, d.weight) for d in train)
+        op.y_normalizer.fit((d.y, d.weight) for d in train)
+        steps = math.ceil(len(train) / self.batch_size)
+        optimizer = torch.optim.AdamW(op.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=self.lr,
+                                                       total_steps=self.epochs * steps)
+        start, best = 0, math.inf
+        last = self.out_dir / LAST if self.out_dir is not None else None
+        if resume and last is not None and last.exists():
+            state = load_checkpoint(last, device)
+            op.load_state_dict(state["state_dict"])
+            optimizer.load_state_dict(state["optimizer"])
+            schedule.load_state_dict(state["scheduler"])
+            start, best, self.history = state["epoch"] + 1, state["best"], list(state["history"])
+            log.info("resuming from %s after epoch %d", last, state["epoch"])
+        step_model = op
+        if self.world > 1:
+            step_model = torch.nn.parallel.DistributedDataParallel(op)
+        bar = tqdm(total=(self.epochs - start) * steps, disable=not self.progress or self.rank != 0,
+                   desc="train", unit="step", leave=False)
+        for epoch in range(start, self.epochs):
+            tic = time.perf_counter()
+            torch.manual_seed(self.seed * 100_003 + epoch)
+            order = torch.randperm(len(train), generator=torch.Generator().manual_seed(self.seed * 100_003 + epoch))
+            op.train()
+            total = torch.zeros(2, dtype=torch.float64, device=device)  # [sum of errors, count]
+            for step in range(steps):
+                ids = order[step * self.batch_size:(step + 1) * self.batch_size][self.rank::self.world]
+                batch = Batch.from_data_list([train[int(i)] for i in ids]).to(device)
+                errors = sample_errors(step_model, batch, self.h1)
+                loss = errors.mean()
+                if not torch.isfinite(loss):
+                    where = f"; the last good checkpoint is {last}" if last is not None and last.exists() else ""
+                    raise NonFiniteLossError(f"training loss is {loss.item()} at epoch {epoch}, step {step}"
+                                             f"{where}; lower the learning rate or check the data")
+                if on_step is not None:
+                    on_step(epoch, step)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if self.clip is not None:
+                    torch.nn.utils.clip_grad_norm_(op.parameters(), self.clip)
+                optimizer.step()
+                schedule.step()
+                total += torch.stack([errors.detach().sum().double(), torch.tensor(len(errors), device=device)])
+                bar.update()
+                bar.set_postfix(epoch=epoch, loss=f"{loss.item():.3e}")
+            if self.world > 1:
+                dist.all_reduce(total)
+            row = {"epoch": epoch, "train": float(total[0] / total[1]), "val": math.nan,
+                   "lr": schedule.get_last_lr()[0], "seconds": time.perf_counter() - tic}
+            if val:
+                row["val"] = float(evaluate_errors(op, val, self.batch_size, self.h1).mean())
+            self.history.append(row)
+            score = row["val"] if val else row["train"]
+            payload = operator_payload(op)
+            if score < best:
+                best = score
+                self._write(BEST, payload)
+            payload.update(optimizer=optimizer.state_dict(), scheduler=schedule.state_dict(),
+                           epoch=epoch, best=best, history=self.history)
+            self._write(LAST, payload)
+            self._write_metrics()
+            log.info("epoch %d: train %.3e val %.3e", epoch, row["train"], row["val"])
+        bar.close()
+        return self.history
