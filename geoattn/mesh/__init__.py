@@ -9,6 +9,8 @@ from . import families
 from .cells import CELL_TYPES, lumped_mass, orient_cells, signed_volumes
 from .data import MeshData
 from .io import from_meshio, read_mesh, save_meshio, to_meshio, write_mesh
+from .neighbors import knn, knn_graph, radius, radius_graph
+from .partition import Partition, partition, patch_centroids
 from .quadrature import integrate, weighted_mean
 from .validation import validate_field, validate_mesh, validate_sample, validate_weights
 from .weights import knn_weights, quadrature_weights, voronoi_weights
@@ -16,13 +18,20 @@ from .weights import knn_weights, quadrature_weights, voronoi_weights
 __all__ = [
     "CELL_TYPES",
     "MeshData",
+    "Partition",
     "families",
     "from_meshio",
     "integrate",
+    "knn",
+    "knn_graph",
     "knn_weights",
     "lumped_mass",
     "orient_cells",
+    "partition",
+    "patch_centroids",
     "quadrature_weights",
+    "radius",
+    "radius_graph",
     "read_mesh",
     "save_meshio",
     "signed_volumes",
