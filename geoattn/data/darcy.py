@@ -185,11 +185,16 @@ def darcy_samples(meshes: Mapping[str, meshio.Mesh], n: int, seed: int, family: 
     bases = {name: from_meshio(m, dtype=dtype) for name, m in meshes.items()}
     out: dict[str, list[MeshData]] = {name: [] for name in meshes}
     for i in range(start, start + n):
-        a = coefficient(field, seed, i, family)
-        for name, prob in problems.items():
-            x, y = a(prob.nodes), prob.solve(a, f)
+        for name, (x, y) in solve_sample(problems, field, seed, i, family, f).items():
             out[name].append(sample_data(bases[name], x, y))
     return out
+
+
+def solve_sample(problems: Mapping[str, DarcyProblem], field: GaussianRandomField, seed: int,
+                 index: int, family: str = "piecewise", f=1.0) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Sample ``index`` on every mesh: ``{name: (a at the nodes [N], u [N])}``."""
+    a = coefficient(field, seed, index, family)
+    return {name: (a(prob.nodes), prob.solve(a, f)) for name, prob in problems.items()}
 
 
 def sample_data(base: MeshData, x: np.ndarray, y: np.ndarray) -> MeshData:
@@ -201,4 +206,4 @@ def sample_data(base: MeshData, x: np.ndarray, y: np.ndarray) -> MeshData:
 
 
 __all__ = ["DarcyProblem", "FAMILIES", "Lognormal", "PiecewiseConstant", "coefficient",
-           "darcy_samples", "sample_data", "solve_darcy", "solve_darcy_many"]
+           "darcy_samples", "sample_data", "solve_darcy", "solve_darcy_many", "solve_sample"]

@@ -1,0 +1,175 @@
+"""Dataset files (HDF5) and their lazy, PyG-compatible reader.
+
+One self-describing file per dataset. Layout (``format = "geoattn-dataset"``, version 1):
+
+- root attributes: ``format``, ``format_version``, ``geoattn_version``, ``recipe`` (JSON of the
+  :class:`~geoattn.data.recipe.Recipe`), ``n``, ``seed``, ``created``;
+- ``done [n]`` (uint8): samples whose every mesh has been written (generation resumes from it);
+- ``meshes/<name>/``: ``points [N, d]``, ``cells [M, V]``, ``weight [N]`` (lumped), attributes
+  ``cell_type`` and ``checksum`` (CRC-32 of points, cells and weights), and the fields
+  ``x [n, N]`` (coefficient at the nodes), ``y [n, N]`` (solution) with ``checksum [n]``
+  (CRC-32 of each sample's rows).
+
+Every read is checked: a file that is not HDF5 or is truncated, a foreign HDF5 file, a newer
+format, missing parts, an incomplete generation or a checksum mismatch raise
+:class:`~geoattn.errors.DatasetFileError` naming the problem.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from pathlib import Path
+
+import h5py
+import numpy as np
+import torch
+from torch_geometric.data import Dataset
+
+from ..errors import DatasetFileError
+from ..mesh import MeshData
+
+FORMAT = "geoattn-dataset"
+FORMAT_VERSION = 1
+
+
+def crc32(*arrays: np.ndarray) -> int:
+    """CRC-32 of the bytes of the arrays (C order), as stored in dataset files."""
+    value = 0
+    for a in arrays:
+        value = zlib.crc32(np.ascontiguousarray(a).tobytes(), value)
+    return value
+
+
+def open_dataset_file(path: str | Path, mode: str = "r") -> h5py.File:
+    """Open and check the header of a dataset file; raises :class:`DatasetFileError`."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"dataset file {path} not found")
+    try:
+        fh = h5py.File(path, mode)
+    except OSError as err:
+        raise DatasetFileError(f"{path} is not a readable HDF5 file (truncated, corrupted or another "
+                               f"format): {err}") from err
+    fmt = fh.attrs.get("format")
+    if fmt != FORMAT:
+        fh.close()
+        raise DatasetFileError(f"{path} is an HDF5 file but not a geoattn dataset (format attribute "
+                               f"{fmt!r}, expected {FORMAT!r})")
+    version = int(fh.attrs.get("format_version", -1))
+    if version != FORMAT_VERSION:
+        fh.close()
+        raise DatasetFileError(f"{path} has dataset format version {version}; this geoattn reads "
+                               f"version {FORMAT_VERSION}")
+    for key in ("done", "meshes"):
+        if key not in fh:
+            fh.close()
+            raise DatasetFileError(f"{path} is missing its {key!r} entry (damaged file)")
+    return fh
+
+
+def _read(path, what: str, fn):
+    try:
+        return fn()
+    except (OSError, KeyError, ValueError) as err:
+        raise DatasetFileError(f"{path}: cannot read {what} ({type(err).__name__}: {err})") from err
+
+
+class DarcyDataset(Dataset):
+    r"""Lazy reader of a dataset file: sample ``i`` on mesh ``mesh`` as a
+    :class:`~geoattn.mesh.MeshData` with ``pos``, ``weight``, ``cells``, ``cell_type``,
+    ``x`` (coefficient :math:`a` at the nodes) and ``y`` (solution :math:`u`).
+
+    The mesh (points, cells, weights) is read once; fields are read one sample at a time and
+    checked against their CRC-32. The HDF5 handle is opened per process, so the dataset works in
+    a :class:`torch_geometric.loader.DataLoader` with worker processes.
+
+    Args:
+        path (str or Path): the dataset file.
+        mesh (str, optional): the mesh to read; may be omitted when the file holds one mesh.
+        transform (callable, optional): PyG transform applied on access. (default: ``None``)
+        dtype (torch.dtype, optional): floating dtype (default: torch's default dtype).
+        verify (bool, optional): check each sample's checksum on read. (default: ``True``)
+
+    Shapes:
+        - **sample:** ``pos [N, d]``, ``weight [N]``, ``x [N, 1]``, ``y [N, 1]``, ``cells [M, V]``.
+    """
+
+    def __init__(self, path: str | Path, mesh: str | None = None, transform=None,
+                 dtype: torch.dtype | None = None, verify: bool = True):
+        self.path = Path(path)
+        self.dtype = dtype or torch.get_default_dtype()
+        self.verify = verify
+        self._fh, self._pid = None, None
+        with open_dataset_file(self.path) as fh:
+            names = sorted(fh["meshes"])
+            if mesh is None:
+                if len(names) != 1:
+                    raise ValueError(f"{self.path} holds meshes {names}; choose one with mesh=NAME")
+                mesh = names[0]
+            if mesh not in names:
+                raise ValueError(f"{self.path} has no mesh {mesh!r}; it holds {names}")
+            done = _read(self.path, "the completion flags", lambda: fh["done"][:])
+            if not np.all(done):
+                raise DatasetFileError(
+                    f"{self.path} is incomplete: {int(done.sum())} of {len(done)} samples were "
+                    "generated; run the same generate command again to resume")
+            self.mesh_names, self.mesh = names, mesh
+            self.recipe = str(fh.attrs.get("recipe", ""))
+            self.attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in fh.attrs.items()}
+            self._n = len(done)
+            self._base = _read(self.path, f"mesh {mesh!r}", lambda: self._load_mesh(fh["meshes"][mesh]))
+        super().__init__(None, transform, log=False)
+
+    def _load_mesh(self, group: h5py.Group) -> MeshData:
+        points, cells, weight = group["points"][:], group["cells"][:], group["weight"][:]
+        if crc32(points, cells, weight) != int(group.attrs["checksum"]):
+            raise DatasetFileError(f"{self.path}: mesh {self.mesh!r} fails its checksum (corrupted)")
+        for key in ("x", "y", "checksum"):
+            if group[key].shape[0] != self._n:
+                raise DatasetFileError(f"{self.path}: mesh {self.mesh!r} field {key!r} has "
+                                       f"{group[key].shape[0]} rows, expected {self._n}")
+        data = MeshData(pos=torch.as_tensor(points, dtype=self.dtype),
+                        weight=torch.as_tensor(weight, dtype=self.dtype))
+        data.cells = torch.as_tensor(cells, dtype=torch.long)
+        data.cell_type = str(group.attrs["cell_type"])
+        return data
+
+    def _group(self) -> h5py.Group:
+        if self._fh is None or self._pid != os.getpid():
+            self._fh, self._pid = open_dataset_file(self.path), os.getpid()
+        return self._fh["meshes"][self.mesh]
+
+    def len(self) -> int:
+        return self._n
+
+    def get(self, idx: int) -> MeshData:
+        group = self._group()
+
+        def read():
+            return group["x"][idx], group["y"][idx], int(group["checksum"][idx])
+
+        x, y, check = _read(self.path, f"sample {idx} of mesh {self.mesh!r}", read)
+        if self.verify and crc32(x, y) != check:
+            raise DatasetFileError(f"{self.path}: sample {idx} of mesh {self.mesh!r} fails its "
+                                   "checksum (corrupted file)")
+        data = self._base.clone()
+        data.x = torch.as_tensor(x, dtype=self.dtype).reshape(-1, 1)  # [N, 1]
+        data.y = torch.as_tensor(y, dtype=self.dtype).reshape(-1, 1)  # [N, 1]
+        return data
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_fh"], state["_pid"] = None, None  # h5py handles do not cross processes
+        return state
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.path.name}, mesh={self.mesh!r}, n={self._n})"
+
+
+__all__ = ["DarcyDataset", "FORMAT", "FORMAT_VERSION", "crc32", "open_dataset_file"]
