@@ -12,11 +12,12 @@ import sys
 
 from .. import __version__
 from ..errors import MeshError
-from . import demo, info
+from . import demo, generate, info
 
 COMMANDS = {
     "demo": (demo, "run the main demonstration"),
     "info": (info, "read, validate and summarise a mesh file"),
+    "generate": (generate, "generate a multi-mesh Darcy dataset file (resumable)"),
 }
 
 

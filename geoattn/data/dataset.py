@@ -49,8 +49,8 @@ def open_dataset_file(path: str | Path, mode: str = "r") -> h5py.File:
     try:
         fh = h5py.File(path, mode)
     except OSError as err:
-        raise DatasetFileError(f"{path} is not a readable HDF5 file (truncated, corrupted or another "
-                               f"format): {err}") from err
+        raise DatasetFileError(f"cannot open {path} as HDF5 ({err}): the file is truncated, corrupted, "
+                               "of another format, or open elsewhere in a conflicting mode") from err
     fmt = fh.attrs.get("format")
     if fmt != FORMAT:
         fh.close()

@@ -99,22 +99,24 @@ def generate_darcy(path: str | Path, recipe: Recipe, *, workers: int = 1, progre
     meshes = recipe.load_meshes(base)
     if not path.exists():
         _create(path, recipe, meshes)
-    with open_dataset_file(path, "r+") as fh:
+    with open_dataset_file(path) as fh:
         _check_same(path, fh, recipe)
         todo = np.flatnonzero(fh["done"][:] == 0).tolist()
-        if len(todo) < recipe.n:
-            log.info("%s: resuming, %d of %d samples already done", path, recipe.n - len(todo), recipe.n)
-        bar = tqdm(total=recipe.n, initial=recipe.n - len(todo), disable=not progress,
-                   desc=path.name, unit="sample")
-        for index, result in _results(recipe, meshes, todo, workers):
-            for name, (x, y) in result.items():
-                g = fh["meshes"][name]
-                g["x"][index], g["y"][index] = x, y
-                g["checksum"][index] = crc32(x, y)
-            fh["done"][index] = 1
-            fh.flush()
-            bar.update()
-        bar.close()
+    if len(todo) < recipe.n:
+        log.info("%s: resuming, %d of %d samples already done", path, recipe.n - len(todo), recipe.n)
+    if todo:
+        with open_dataset_file(path, "r+") as fh:
+            bar = tqdm(total=recipe.n, initial=recipe.n - len(todo), disable=not progress,
+                       desc=path.name, unit="sample")
+            for index, result in _results(recipe, meshes, todo, workers):
+                for name, (x, y) in result.items():
+                    g = fh["meshes"][name]
+                    g["x"][index], g["y"][index] = x, y
+                    g["checksum"][index] = crc32(x, y)
+                fh["done"][index] = 1
+                fh.flush()
+                bar.update()
+            bar.close()
     if xdmf:
         write_xdmf(path)
     return path
