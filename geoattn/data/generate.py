@@ -88,7 +88,7 @@ def generate_darcy(path: str | Path, recipe: Recipe, *, workers: int = 1, progre
         recipe: what to generate.
         workers: processes (``1``: in this process). (default: ``1``)
         progress: show a progress bar. (default: ``True``)
-        base: folder against which relative mesh paths of the recipe also resolve.
+        base: folder against which relative mesh paths of the recipe resolve (its folder).
         xdmf: write the ParaView companions ``<path stem>.<mesh>.xdmf``. (default: ``True``)
 
     Returns:

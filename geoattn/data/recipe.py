@@ -15,7 +15,7 @@ Example::
     grf = { preset = "cao", modes = 32 }
 
     [meshes.train]
-    path = "meshes/square_irregular.vtu"
+    path = "../meshes/square_irregular.vtu"   # relative to the recipe file
 
     [meshes.fine]
     family = "unit_square"
@@ -84,16 +84,16 @@ class Recipe:
         return preset(name, **kwargs) if name else GaussianRandomField(**kwargs)
 
     def load_meshes(self, base: Path | None = None) -> dict[str, meshio.Mesh]:
-        """Build or read the meshes; relative paths resolve against the working directory,
-        then against ``base``."""
+        """Build or read the meshes; relative paths resolve against ``base`` (the recipe's
+        folder) when given, else against the working directory."""
         out = {}
         for name, spec in self.meshes.items():
             spec = dict(spec)
             times = int(spec.pop("refine", 0))
             if "path" in spec:
                 path = Path(spec["path"])
-                if not path.exists() and base is not None and (base / path).exists():
-                    path = base / path
+                if base is not None and not path.is_absolute():
+                    path = Path(base) / path
                 if not path.exists():
                     raise FileNotFoundError(f"mesh {name!r}: file {spec['path']} not found")
                 mesh = meshio.read(path)
