@@ -3,7 +3,7 @@
 from .checkpoint import load_checkpoint, load_operator, operator_payload, save_checkpoint
 from .loss import p1_gradients, relative_h1, relative_l2
 from .normalizer import GaussianNormalizer
-from .operator import NormalizedOperator
+from .operator import NormalizedOperator, node_average_weights
 from .trainer import Trainer, evaluate_errors, sample_errors
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "evaluate_errors",
     "load_checkpoint",
     "load_operator",
+    "node_average_weights",
     "operator_payload",
     "p1_gradients",
     "relative_h1",

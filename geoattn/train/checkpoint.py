@@ -28,7 +28,8 @@ def operator_payload(operator: NormalizedOperator) -> dict[str, Any]:
     """The part of a checkpoint that rebuilds ``operator``: model name, arguments and weights."""
     model = operator.model
     return {"format": FORMAT, "version": VERSION, "model": model.model_name,
-            "model_kwargs": dict(model.hparams), "state_dict": operator.state_dict()}
+            "model_kwargs": dict(model.hparams),
+            "unweighted": operator.unweighted, "state_dict": operator.state_dict()}
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
@@ -71,7 +72,8 @@ def load_operator(path: str | Path, map_location: str | torch.device = "cpu") ->
     """Rebuild the trained model (with its normalisers) stored in a checkpoint, in eval mode."""
     payload = load_checkpoint(path, map_location)
     try:
-        operator = NormalizedOperator(build_model(payload["model"], **payload["model_kwargs"]))
+        operator = NormalizedOperator(build_model(payload["model"], **payload["model_kwargs"]),
+                                      unweighted=payload.get("unweighted", False))
         operator.load_state_dict(payload["state_dict"])
     except (KeyError, TypeError, RuntimeError) as err:
         raise CheckpointError(f"checkpoint {path} does not rebuild model {payload['model']!r}: {err}") from err

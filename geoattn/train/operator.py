@@ -5,7 +5,17 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..mesh import integrate
 from .normalizer import GaussianNormalizer
+
+
+def node_average_weights(weight: torch.Tensor, batch: torch.Tensor | None = None) -> torch.Tensor:
+    """Uniform weights :math:`|D_b| / N_b` per graph, with the same total as ``weight``."""
+    if batch is None:
+        return torch.ones_like(weight) * integrate(torch.ones_like(weight), weight) / weight.numel()
+    total = integrate(torch.ones_like(weight), weight, batch)  # [B]
+    count = integrate(torch.ones_like(weight), torch.ones_like(weight), batch)  # [B]
+    return (total / count)[batch]
 
 
 class NormalizedOperator(nn.Module):
@@ -17,20 +27,28 @@ class NormalizedOperator(nn.Module):
     with :math:`E_x` the input normaliser's ``encode`` and :math:`D_y` the output normaliser's
     ``decode`` (both :class:`GaussianNormalizer`, identity until fitted).
 
+    With ``unweighted=True`` the model sees the node-average weights
+    :math:`w_i = |D| / N` in place of the quadrature weights (the ablation that shows why the
+    weights matter: on a graded mesh it over-weights the refined region).
+
     Args:
         model: a :class:`~geoattn.models.NeuralOperator`.
+        unweighted: feed the model node-average weights (default ``False``).
 
     Shapes:
         - as the wrapped model: ``x [N, C_in]`` in, ``[N_out, C_out]`` out.
     """
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, unweighted: bool = False):
         super().__init__()
         self.model = model
+        self.unweighted = unweighted
         self.x_normalizer = GaussianNormalizer(model.in_channels)
         self.y_normalizer = GaussianNormalizer(model.out_channels)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
                 batch: torch.Tensor | None = None, **query) -> torch.Tensor:
         self.model.check_inputs(x, pos)
+        if self.unweighted:
+            weight = node_average_weights(weight, batch)
         return self.y_normalizer.decode(self.model(self.x_normalizer.encode(x), pos, weight, batch, **query))

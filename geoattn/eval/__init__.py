@@ -1,0 +1,6 @@
+"""Evaluation: cross-mesh reports, figures and ParaView files of predictions."""
+
+from .crossmesh import CrossMeshReport, cross_mesh_report
+from .plots import plot_errors, plot_sample
+
+__all__ = ["CrossMeshReport", "cross_mesh_report", "plot_errors", "plot_sample"]
