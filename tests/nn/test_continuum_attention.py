@@ -1,4 +1,6 @@
+import importlib.util
 import math
+import pathlib
 
 import pytest
 import torch
@@ -199,3 +201,13 @@ def test_repr_and_errors():
         ContinuumAttention(10, heads=4)
     with pytest.raises(ValueError, match="weight must have shape"):
         ContinuumAttention(8)(torch.randn(5, 8), None, torch.rand(4))
+
+
+def test_example_attention_cross_mesh():
+    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "attention_cross_mesh.py"
+    spec = importlib.util.spec_from_file_location("attention_cross_mesh", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    result = example.run(levels=4, reference_level=6)
+    assert abs(result["weighted_rate"] - 2.0) < 0.3, result
+    assert result["unweighted_final_error"] > 10 * result["weighted_final_error"], result

@@ -1,0 +1,153 @@
+"""Speed and memory of the quadrature-weighted attention layers.
+
+Reports, in one run:
+
+- weighted / unweighted time of softmax attention (log-weight bias vs. no bias, same kernel call);
+- attention throughput as a fraction of the measured fp32 matmul rate of this machine;
+- peak memory of a ContinuumAttention forward pass at two node counts (it must grow linearly,
+  i.e. no N x N matrix is formed);
+- GalerkinAttention time for 8x the nodes (linear cost: ideally 8x).
+
+Usage::
+
+    python benchmarks/attention.py [--device cuda] [--nodes 8192] [--memory-nodes 10000 50000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from geoattn.nn import ContinuumAttention, GalerkinAttention
+from geoattn.nn.functional import quadrature_attention
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def best_time(fn, device: torch.device, repeat: int) -> float:
+    """Fastest of ``repeat`` timed calls after one warm-up call (seconds)."""
+    fn()
+    _sync(device)
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def matmul_rate(device: torch.device, repeat: int, size: int = 2048) -> float:
+    """Measured fp32 matmul rate in FLOP/s."""
+    a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
+    return 2 * size**3 / best_time(lambda: a @ b, device, repeat)
+
+
+def weighted_vs_unweighted(n: int, heads: int, dim_head: int, device: torch.device,
+                           repeat: int) -> dict:
+    q, k, v = (torch.randn(1, heads, n, dim_head, device=device) for _ in range(3))
+    w = torch.rand(1, n, device=device) + 1e-3
+    ratios, t_weighted = [], []
+    with torch.no_grad():
+        for _ in range(repeat):  # interleaved, so load from other processes hits both alike
+            tw = best_time(lambda: quadrature_attention(q, k, v, w), device, 1)
+            tu = best_time(lambda: F.scaled_dot_product_attention(q, k, v), device, 1)
+            ratios.append(tw / tu)
+            t_weighted.append(tw)
+    flops = 4 * heads * n * n * dim_head  # QK^T and PV
+    return {"nodes": n, "ratio_weighted_unweighted": statistics.median(ratios),
+            "weighted_s": min(t_weighted), "attention_flops_per_s": flops / min(t_weighted)}
+
+
+def peak_memory_bytes(n: int, dim: int, heads: int, device: torch.device) -> int:
+    """Peak memory of one ContinuumAttention forward pass beyond its inputs."""
+    layer = ContinuumAttention(dim, heads=heads).to(device)
+    x, w = torch.randn(n, dim, device=device), torch.rand(n, device=device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        with torch.no_grad():
+            layer(x, None, w)
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - base
+    with open("/proc/self/statm") as f:  # resident pages now (Linux)
+        base = int(f.read().split()[1]) * resource.getpagesize()
+    with torch.no_grad():
+        layer(x, None, w)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base  # ru_maxrss: KiB
+
+
+def peak_memory_in_subprocess(n: int, args) -> int:
+    """CPU peak memory (peak resident size minus the resident size before the call) needs a
+    fresh process per size, because the peak resident size only grows."""
+    cmd = [sys.executable, __file__, "--peak-only", str(n), "--dim", str(args.dim),
+           "--heads", str(args.heads), "--device", args.device]
+    return int(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+
+
+def galerkin_scaling(n: int, dim: int, heads: int, device: torch.device, repeat: int) -> dict:
+    layer = GalerkinAttention(dim, heads=heads, pos_dim=2).to(device)
+    times = {}
+    for m in (n, 8 * n):
+        x, pos, w = (torch.randn(m, dim, device=device), torch.rand(m, 2, device=device),
+                     torch.rand(m, device=device))
+        with torch.no_grad():
+            times[m] = best_time(lambda: layer(x, pos, w), device, repeat)
+    return {"nodes": n, "time_s": times[n], "time_8x_s": times[8 * n],
+            "ratio_8x": times[8 * n] / times[n]}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--nodes", type=int, default=8192, help="nodes for the time ratio")
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--dim", type=int, default=128, help="layer width (dim_head = dim/heads)")
+    parser.add_argument("--memory-nodes", type=int, nargs="+", default=[10_000, 50_000])
+    parser.add_argument("--galerkin-nodes", type=int, default=50_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--peak-only", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    if args.peak_only:
+        print(peak_memory_bytes(args.peak_only, args.dim, args.heads, device))
+        return 0
+
+    rate = matmul_rate(device, args.repeat)
+    ratio = weighted_vs_unweighted(args.nodes, args.heads, args.dim // args.heads, device,
+                                   args.repeat)
+    memory = {}
+    for n in args.memory_nodes:
+        memory[n] = (peak_memory_bytes(n, args.dim, args.heads, device) if device.type == "cuda"
+                     else peak_memory_in_subprocess(n, args))
+    sizes = sorted(memory)
+    report = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else
+        f"cpu ({torch.get_num_threads()} threads)",
+        "torch": torch.__version__,
+        "fp32_matmul_tflops": rate / 1e12,
+        "softmax_attention": {**ratio, "fraction_of_matmul_rate":
+                              ratio["attention_flops_per_s"] / rate},
+        "peak_memory_mib": {n: memory[n] / 2**20 for n in sizes},
+        "peak_memory_growth_vs_nodes": (memory[sizes[-1]] / memory[sizes[0]],
+                                        sizes[-1] / sizes[0]),
+        "galerkin": galerkin_scaling(args.galerkin_nodes, args.dim, args.heads, device,
+                                     args.repeat),
+    }
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
