@@ -1,0 +1,150 @@
+import math
+
+import pytest
+import torch
+
+from geoattn.mesh import families, from_meshio, partition
+from geoattn.nn.spectral import (PatchSpectralIntegral, SpectralIntegral, SpectralSmoothing,
+                                 box_frame, fourier_coefficients, fourier_modes)
+from geoattn.testing import (assert_batch_independent, assert_convergence_rate,
+                             assert_duplication_invariant, assert_padding_invariant,
+                             assert_permutation_equivariant, refinement_samples)
+
+# u(x, y) = 1 + cos 2pi(x + 2y) + 0.5 sin 2pi(3x - y): its Fourier coefficients on [0, 1]^2
+TRIG = {(0, 0): 1.0, (1, 2): 0.5, (-1, -2): 0.5, (3, -1): 0.25 / 1j, (-3, 1): -0.25 / 1j}
+
+
+def trig(pos):
+    x, y = pos[:, 0], pos[:, 1]
+    u = 1 + torch.cos(2 * math.pi * (x + 2 * y)) + 0.5 * torch.sin(2 * math.pi * (3 * x - y))
+    return u[:, None]
+
+
+def test_modes_symmetric_order():
+    m = fourier_modes((2, 1), 2)
+    assert m.shape == (15, 2)
+    assert torch.equal(m.flip(0), -m)
+    with pytest.raises(ValueError, match="modes"):
+        fourier_modes((2, 1), 3)
+
+
+def test_coefficients_of_trig_polynomial_converge_at_order_two():
+    modes = fourier_modes(3, 2)
+    exact = torch.tensor([TRIG.get(tuple(m), 0.0) for m in modes.tolist()], dtype=torch.complex128)
+    errors, hs = [], []
+    for u, pos, w, h in refinement_samples(families.unit_square(6, "irregular", seed=3), [1, 2, 3], trig):
+        coeff = fourier_coefficients(u, w, box_frame(pos), modes)[0, :, 0]
+        errors.append((coeff - exact).abs().max().item())
+        hs.append(h)
+    assert errors[-1] < 3e-3
+    assert_convergence_rate(hs, errors, expected=2.0, tol=0.25)
+
+
+def _slow_spectral(layer, x, pos, w, pos_out):
+    """Direct double sum of the truncated Fourier integral operator on the bounding box."""
+    lo, hi = pos.min(0).values, pos.max(0).values
+    side = hi - lo
+    r = torch.view_as_complex(layer.mix.weight.detach())  # (M, C_in, C_out)
+    out = torch.zeros(len(pos_out), r.shape[-1], dtype=torch.float64)
+    for mi, m in enumerate(layer.mode_index.tolist()):
+        m = torch.tensor(m, dtype=torch.float64)
+        coeff = torch.zeros(x.shape[1], dtype=torch.complex128)
+        for i in range(len(pos)):
+            coeff += w[i] * x[i] * torch.exp(-2j * math.pi * torch.dot(m, (pos[i] - lo) / side))
+        coeff = coeff / side.prod()
+        for n in range(len(pos_out)):
+            out[n] += (coeff @ r[mi] * torch.exp(2j * math.pi * torch.dot(m, (pos_out[n] - lo) / side))).real
+    return out
+
+
+def test_spectral_integral_equals_direct_sum_and_any_output_points():
+    layer = SpectralIntegral(2, 3, modes=(2, 1), dim=2).double()
+    pos = torch.rand(30, 2, dtype=torch.float64) * torch.tensor([2.0, 0.5], dtype=torch.float64)
+    x, w = torch.randn(30, 2, dtype=torch.float64), torch.rand(30, dtype=torch.float64)
+    pos_out = torch.rand(7, 2, dtype=torch.float64)
+    expected = _slow_spectral(layer, x, pos, w, pos_out)
+    assert torch.allclose(layer(x, pos, w, pos_out=pos_out), expected, atol=1e-12)
+    assert torch.allclose(layer(x, pos, w), _slow_spectral(layer, x, pos, w, pos), atol=1e-12)
+    # batched: two graphs with their own boxes, outputs on a second point set per graph
+    pos2 = torch.rand(20, 2, dtype=torch.float64) + 3.0
+    x2, w2 = torch.randn(20, 2, dtype=torch.float64), torch.rand(20, dtype=torch.float64)
+    batch = torch.cat([torch.zeros(30), torch.ones(20)]).long()
+    out = layer(torch.cat([x, x2]), torch.cat([pos, pos2]), torch.cat([w, w2]), batch,
+                pos_out=torch.cat([pos_out, pos2[:4]]), batch_out=torch.tensor([0] * 7 + [1] * 4))
+    assert torch.allclose(out[:7], expected, atol=1e-12)
+    assert torch.allclose(out[7:], _slow_spectral(layer, x2, pos2, w2, pos2[:4]), atol=1e-12)
+
+
+def test_identity_weights_reproduce_trig_polynomial_at_new_points():
+    layer = SpectralIntegral(1, 1, modes=3, dim=2).double()
+    with torch.no_grad():
+        layer.mix.weight.zero_()
+        layer.mix.weight[..., 0] = 1.0  # R(m) = 1: projection on the modes
+    probe = torch.rand(50, 2, dtype=torch.float64)
+    errors = []
+    for times in (2, 3):  # the error is the quadrature error of the 49 coefficients: O(h^2)
+        data = from_meshio(families.refine(families.unit_square(8, "irregular"), times), dtype=torch.float64)
+        out = layer(trig(data.pos), data.pos, data.weight, pos_out=probe)
+        errors.append((out - trig(probe)).abs().max().item())
+    assert errors[1] < 1e-2 and errors[1] < errors[0] / 3
+
+
+def test_smoothing_multiplies_modes_analytically():
+    layer = SpectralSmoothing(modes=3, dim=2, eps=1e-2, alpha=1.5)
+    data = from_meshio(families.refine(families.unit_square(8, "irregular"), 3), dtype=torch.float64)
+    probe = torch.rand(40, 2, dtype=torch.float64)
+    x, y = probe[:, 0], probe[:, 1]
+
+    def damp(m):
+        return (1 + 1e-2 * (2 * math.pi) ** 2 * (m[0] ** 2 + m[1] ** 2)) ** -1.5
+
+    exact = (1 + damp((1, 2)) * torch.cos(2 * math.pi * (x + 2 * y))
+             + 0.5 * damp((3, 1)) * torch.sin(2 * math.pi * (3 * x - y)))
+    out = layer(trig(data.pos), data.pos, data.weight, pos_out=probe)
+    assert (out[:, 0] - exact).abs().max() < 5e-3
+    assert "eps=0.01" in repr(layer)
+    with pytest.raises(ValueError, match="positive"):
+        SpectralSmoothing(2, 2, eps=0.0)
+
+
+def test_patch_spectral_integral_equals_per_patch_reference():
+    torch.manual_seed(1)
+    data = from_meshio(families.unit_square(6, "irregular"), dtype=torch.float64)
+    part = partition(data.pos, data.weight, 4, cells=data.cells)
+    layer = PatchSpectralIntegral(2, 2, modes=1, dim=2).double()
+    x = torch.randn(len(data.pos), 2, dtype=torch.float64)
+    out = layer(x, data.pos, data.weight, part.assignment, part.length)
+    for p in range(4):
+        idx = (part.assignment == p).nonzero().squeeze(1)
+        pos_p, w_p = data.pos[idx], data.weight[idx]
+        c = (w_p[:, None] * pos_p).sum(0) / w_p.sum()
+        # one patch alone, shifted so its box is the reference box [-L/2, L/2] about c
+        lo = c - part.length / 2
+        ref = SpectralIntegral(2, 2, modes=1, dim=2).double()
+        ref.load_state_dict(layer.state_dict())
+        box_pos = torch.cat([pos_p, lo[None], (lo + part.length)[None]])
+        box_w = torch.cat([w_p, torch.zeros(2, dtype=torch.float64)])
+        # the two zero-weight corners fix the bounding box without entering the quadrature
+        from geoattn.nn.spectral import box_frame as bf, fourier_coefficients as fc, fourier_evaluate as fe
+        frame = bf(box_pos, box=(lo[None], (lo + part.length)[None]))
+        coeff = ref.mix(fc(torch.cat([x[idx], torch.zeros(2, 2, dtype=torch.float64)]), box_w, frame,
+                           ref.mode_index))
+        expected = fe(coeff, frame, ref.mode_index)[:len(idx)]
+        assert torch.allclose(out[idx], expected, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_spectral_integral_properties(dtype):
+    layer = SpectralIntegral(3, 2, modes=2, dim=2).to(dtype)
+    data = from_meshio(families.unit_square(6, "irregular"), dtype=dtype)
+    x = torch.randn(len(data.pos), 3, dtype=dtype)
+    tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else {}
+    assert_permutation_equivariant(layer, x, data.pos, data.weight, **tol)
+    assert_duplication_invariant(layer, x, data.pos, data.weight, 5, **tol)
+    assert_padding_invariant(layer, x, data.pos, data.weight, **tol)
+    other = from_meshio(families.unit_square(4, "irregular", seed=2), dtype=dtype)
+    assert_batch_independent(layer, [(x, data.pos, data.weight),
+                                     (torch.randn(len(other.pos), 3, dtype=dtype), other.pos, other.weight)],
+                             **tol)
+    assert layer(x, data.pos, data.weight).dtype == dtype
+    assert "modes=2" in repr(layer)
