@@ -148,3 +148,19 @@ def test_same_sample_on_mesh_and_refinements_converges():
     # the coefficient at nodes is the same function on every mesh (coarse nodes come first)
     n0 = data["r0"][0].num_nodes
     torch.testing.assert_close(data["r3"][0].x[:n0], data["r0"][0].x)
+
+
+@pytest.mark.parametrize("mesh", [families.unit_square(6, "irregular"), families.unit_cube(3)],
+                         ids=["triangle", "tetra"])
+def test_stiffness_equals_scikit_fem_assembly(mesh):
+    """The cached contraction equals scikit-fem's own assembly of int a grad(u).grad(v)."""
+    prob = DarcyProblem(mesh)
+    a = Lognormal(preset("cao", box=((0,) * prob.nodes.shape[1], (1,) * prob.nodes.shape[1])).sample(0, 1))
+
+    @skfem.BilinearForm
+    def form(u, v, w):
+        return a(w.x.reshape(w.x.shape[0], -1).T).reshape(w.x.shape[1:]) * dot(u.grad, v.grad)
+
+    ref = skfem.asm(form, prob.basis)[prob.interior][:, prob.interior]
+    diff = abs(prob.stiffness(a) - ref).max()
+    assert diff < 1e-12 * abs(ref).max()

@@ -1,0 +1,59 @@
+"""Darcy data generation speed: samples per second on a ~4k-node irregular mesh.
+
+    python benchmarks/darcy_generation.py --n 200
+
+Measures (1) the solver alone in this process (GRF evaluation at the quadrature points and the
+nodes, assembly, sparse LU, solve) and (2) full generation into an HDF5 file with 1 process and
+with every core, including process start-up and writing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+from geoattn.data.darcy import DarcyProblem, solve_sample
+from geoattn.data.generate import generate_darcy
+from geoattn.data.recipe import Recipe
+
+MESH = {"family": "unit_square", "n": 32, "kind": "irregular", "seed": 0, "refine": 1}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=200, help="samples per measurement")
+    parser.add_argument("--family", default="piecewise", choices=["piecewise", "lognormal"])
+    args = parser.parse_args()
+    recipe = Recipe(meshes={"mesh": MESH}, n=args.n, seed=0, family=args.family)
+    meshes = recipe.load_meshes()
+    problems = {"mesh": DarcyProblem(meshes["mesh"])}
+    field = recipe.field()
+    nodes, cells = len(meshes["mesh"].points), len(meshes["mesh"].cells[-1].data)
+
+    t = time.perf_counter()
+    for i in range(args.n):
+        solve_sample(problems, field, 0, i, args.family)
+    solver = args.n / (time.perf_counter() - t)
+
+    cores = os.cpu_count() or 1
+    rows = [("solver only, 1 process", solver)]
+    with tempfile.TemporaryDirectory() as tmp:
+        for workers in sorted({1, cores}):
+            out = Path(tmp) / f"w{workers}.h5"
+            t = time.perf_counter()
+            generate_darcy(out, recipe, workers=workers, progress=False, xdmf=False)
+            rows.append((f"generate to HDF5, {workers} process(es)", args.n / (time.perf_counter() - t)))
+
+    print(f"mesh: irregular unit square, {nodes} nodes, {cells} triangles; {args.family}; "
+          f"GRF modes {field.modes}; {args.n} samples")
+    print(f"machine: {platform.processor() or platform.machine()}, {cores} cores, Python {platform.python_version()}")
+    for label, rate in rows:
+        print(f"- {label}: {rate:.1f} samples/s")
+
+
+if __name__ == "__main__":
+    main()
