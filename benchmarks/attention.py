@@ -97,15 +97,20 @@ def peak_memory_in_subprocess(n: int, args) -> int:
 
 
 def galerkin_scaling(n: int, dim: int, heads: int, device: torch.device, repeat: int) -> dict:
+    """Galerkin time at ``n`` and ``8 n`` nodes, next to one ``nn.Linear(dim, dim)`` on the same
+    inputs: a per-node map whose ratio shows what the memory hierarchy alone costs."""
     layer = GalerkinAttention(dim, heads=heads, pos_dim=2).to(device)
-    times = {}
+    linear = torch.nn.Linear(dim, dim).to(device)
+    times, linear_times = {}, {}
     for m in (n, 8 * n):
         x, pos, w = (torch.randn(m, dim, device=device), torch.rand(m, 2, device=device),
                      torch.rand(m, device=device))
         with torch.no_grad():
             times[m] = best_time(lambda: layer(x, pos, w), device, repeat)
+            linear_times[m] = best_time(lambda: linear(x), device, repeat)
     return {"nodes": n, "time_s": times[n], "time_8x_s": times[8 * n],
-            "ratio_8x": times[8 * n] / times[n]}
+            "ratio_8x": times[8 * n] / times[n],
+            "linear_layer_ratio_8x": linear_times[8 * n] / linear_times[n]}
 
 
 def main(argv=None) -> int:

@@ -79,6 +79,10 @@ class ContinuumCrossAttention(nn.Module):
                 x_source: torch.Tensor, pos_source: torch.Tensor | None,
                 weight_source: torch.Tensor, batch_query: torch.Tensor | None = None,
                 batch_source: torch.Tensor | None = None) -> torch.Tensor:
+        if (batch_query is None) != (batch_source is None):
+            raise ValueError("pass both batch_query and batch_source, or neither (one graph); "
+                             f"got batch_query={'None' if batch_query is None else 'a tensor'}, "
+                             f"batch_source={'None' if batch_source is None else 'a tensor'}")
         b = num_graphs(batch_query, batch_source)
         q = self.to_q(x_query)
         kv = torch.cat([self.to_k(x_source), self.to_v(x_source)], dim=-1)  # (Ns, 2 H D)

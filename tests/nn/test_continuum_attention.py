@@ -199,6 +199,9 @@ def test_repr_and_errors():
     assert "source_dim=3" in repr(ContinuumCrossAttention(8, source_dim=3))
     with pytest.raises(ValueError, match="divisible"):
         ContinuumAttention(10, heads=4)
+    with pytest.raises(ValueError, match="pass both batch_query and batch_source"):
+        ContinuumCrossAttention(8)(torch.randn(5, 8), None, torch.randn(3, 8), None,
+                                   torch.rand(3), torch.zeros(5, dtype=torch.long))
     with pytest.raises(ValueError, match="weight must have shape"):
         ContinuumAttention(8)(torch.randn(5, 8), None, torch.rand(4))
 

@@ -1,0 +1,80 @@
+"""The property checks are sharp: each one rejects a layer that violates its property."""
+
+import numpy as np
+import pytest
+import torch
+
+from geoattn import testing
+from geoattn.mesh import integrate
+
+
+def weighted_mean_layer(x, pos, w, batch=None):
+    """Each node's output is the weighted domain mean of x: has every property."""
+    b = None if batch is None else int(batch.max()) + 1
+    mean = integrate(x, w, batch, b) / integrate(torch.ones_like(w), w, batch, b)[..., None]
+    return mean.expand_as(x) if batch is None else mean[batch]
+
+
+def plain_mean_layer(x, pos, w, batch=None):
+    """Node mean that ignores the weights: sees padding and duplicated nodes."""
+    return weighted_mean_layer(x, pos, torch.ones_like(w), batch)
+
+
+def position_layer(x, pos, w, batch=None):
+    """Depends on the node numbering: not permutation equivariant."""
+    return x + torch.arange(len(x), dtype=x.dtype)[:, None]
+
+
+def global_layer(x, pos, w, batch=None):
+    """Mixes graphs of a batch."""
+    return weighted_mean_layer(x, pos, w)
+
+
+@pytest.fixture
+def sample():
+    n = 12
+    batch = torch.tensor([0] * 5 + [1] * 7)
+    return (torch.randn(n, 3, dtype=torch.float64), torch.rand(n, 2, dtype=torch.float64),
+            torch.rand(n, dtype=torch.float64) + 0.1, batch)
+
+
+def test_weighted_mean_passes_every_check(sample):
+    x, pos, w, batch = sample
+    testing.assert_permutation_equivariant(weighted_mean_layer, x, pos, w, batch)
+    testing.assert_padding_invariant(weighted_mean_layer, x, pos, w, batch)
+    testing.assert_batch_independent(weighted_mean_layer, [(x[:5], pos[:5], w[:5]),
+                                                           (x[5:], pos[5:], w[5:])])
+    testing.assert_duplication_invariant(weighted_mean_layer, x, pos, w, index=3)
+
+
+def test_checks_reject_layers_without_the_property(sample):
+    x, pos, w, batch = sample
+    with pytest.raises(AssertionError, match="permutation equivariance"):
+        testing.assert_permutation_equivariant(position_layer, x, pos, w, batch)
+    with pytest.raises(AssertionError, match="padding invariance"):
+        testing.assert_padding_invariant(plain_mean_layer, x, pos, w, batch)
+    with pytest.raises(AssertionError, match="node duplication invariance"):
+        testing.assert_duplication_invariant(plain_mean_layer, x, pos, w, index=3)
+    with pytest.raises(AssertionError, match="batch independence"):
+        testing.assert_batch_independent(global_layer, [(x[:5], pos[:5], w[:5]),
+                                                        (x[5:], pos[5:], w[5:])])
+
+
+def test_convergence_rate_fits_the_order():
+    h = 2.0 ** -np.arange(1, 6)
+    assert testing.convergence_rate(h, 3.0 * h**2) == pytest.approx(2.0, abs=1e-12)
+    assert testing.assert_convergence_rate(h, 0.5 * h**1.5, 1.5, tol=1e-9) == pytest.approx(1.5)
+    with pytest.raises(AssertionError, match="convergence rate 1.000"):
+        testing.assert_convergence_rate(h, h, 2.0)
+
+
+def test_refinement_samples_keep_coarse_nodes_first():
+    from geoattn.mesh import families
+
+    mesh = families.unit_square(2, "graded")
+    samples = testing.refinement_samples(mesh, [0, 2], lambda p: p[:, :1] ** 2)
+    (x0, p0, w0, h0), (x2, p2, w2, h2) = samples
+    assert (h0, h2) == (1.0, 0.25) and len(p2) == 81
+    torch.testing.assert_close(p2[:len(p0)], p0)
+    torch.testing.assert_close(x2, p2[:, :1] ** 2)
+    torch.testing.assert_close(w2.sum(), torch.tensor(1.0, dtype=torch.float64))
