@@ -12,12 +12,15 @@ import sys
 
 from .. import __version__
 from ..errors import MeshError
-from . import demo, generate, info
+from . import demo, evaluate, generate, info, predict, train
 
 COMMANDS = {
     "demo": (demo, "run the main demonstration"),
     "info": (info, "read, validate and summarise a mesh file"),
     "generate": (generate, "generate a multi-mesh Darcy dataset file (resumable)"),
+    "train": (train, "train a neural operator on a dataset file (resumable)"),
+    "evaluate": (evaluate, "score a checkpoint on every mesh of a dataset file"),
+    "predict": (predict, "run a checkpoint on a mesh file and write the prediction"),
 }
 
 
