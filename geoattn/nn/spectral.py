@@ -148,18 +148,20 @@ def patch_frame(pos: torch.Tensor, weight: torch.Tensor, patch: torch.Tensor, pa
     return FourierFrame(xi, segment, num_segments, volume)
 
 
-def _phase(xi: torch.Tensor, modes: torch.Tensor) -> torch.Tensor:
-    """:math:`e^{2\\pi i\\, m \\cdot \\xi_i}` ``[N, M]`` (complex)."""
+def _cos_sin(xi: torch.Tensor, modes: torch.Tensor) -> torch.Tensor:
+    r""":math:`[\cos(2\pi m \cdot \xi_i), \sin(2\pi m \cdot \xi_i)]` ``[N, 2M]`` (real)."""
     angle = 2.0 * math.pi * (xi @ modes.to(xi.dtype).t())  # (N, M)
-    return torch.polar(torch.ones_like(angle), angle)
+    return torch.cat([angle.cos(), angle.sin()], dim=-1)  # (N, 2M)
 
 
 def fourier_coefficients(x: torch.Tensor, weight: torch.Tensor, frame: FourierFrame,
                          modes: torch.Tensor) -> torch.Tensor:
-    """Quadrature of the Fourier coefficients of every segment, ``[S, M, C]`` complex.
+    r"""Quadrature of the Fourier coefficients of every segment, ``[S, M, C]`` complex.
 
     .. math::
-        \\hat u_s(m) = \\frac{1}{|B_s|} \\sum_{i \\in s} w_i\\, u_i\\, e^{-2\\pi i\\, m \\cdot \\xi_i}
+        \hat u_s(m) = \frac{1}{|B_s|} \sum_{i \in s} w_i\, u_i\, e^{-2\pi i\, m \cdot \xi_i}
+
+    Computed in real arithmetic (cosine and sine parts) with one weighted Gram matrix per segment.
 
     Args:
         x: real values ``[N, C]``.
@@ -167,13 +169,15 @@ def fourier_coefficients(x: torch.Tensor, weight: torch.Tensor, frame: FourierFr
         frame: the :class:`FourierFrame` of the nodes.
         modes: integer modes ``[M, d]`` from :func:`fourier_modes`.
     """
-    phase = _phase(frame.xi, modes).conj()  # (N, M)
-    coeff = weighted_gram(phase, x.to(phase.dtype), weight, frame.segment, frame.num_segments)
-    return coeff / frame.volume.to(coeff.dtype).view(-1, 1, 1)  # (S, M, C)
+    m = len(modes)
+    trig = _cos_sin(frame.xi.to(x.dtype), modes)  # (N, 2M)
+    gram = weighted_gram(trig, x, weight, frame.segment, frame.num_segments)  # (S, 2M, C)
+    gram = gram / frame.volume.to(gram.dtype).view(-1, 1, 1)
+    return torch.complex(gram[:, :m], -gram[:, m:])  # (S, M, C)
 
 
 def fourier_evaluate(coeff: torch.Tensor, frame: FourierFrame, modes: torch.Tensor) -> torch.Tensor:
-    """Evaluate the truncated series :math:`\\mathrm{Re} \\sum_m \\hat u_s(m) e^{2\\pi i m \\cdot \\xi}`.
+    r"""Evaluate the truncated series :math:`\mathrm{Re} \sum_m \hat u_s(m) e^{2\pi i m \cdot \xi}`.
 
     Args:
         coeff: coefficients ``[S, M, C]`` (complex).
@@ -183,8 +187,9 @@ def fourier_evaluate(coeff: torch.Tensor, frame: FourierFrame, modes: torch.Tens
     Returns:
         real values ``[N, C]``.
     """
-    phase = _phase(frame.xi.to(coeff.real.dtype), modes)  # (N, M)
-    return segment_matmul(phase, coeff, frame.segment).real
+    trig = _cos_sin(frame.xi.to(coeff.real.dtype), modes)  # (N, 2M)
+    stacked = torch.cat([coeff.real, -coeff.imag], dim=1)  # (S, 2M, C): Re(c e) = c_r cos - c_i sin
+    return segment_matmul(trig, stacked, frame.segment)
 
 
 def hermitian_part(coeff: torch.Tensor, dim: int = -2) -> torch.Tensor:
