@@ -42,8 +42,11 @@ class DarcyProblem:
         \quad \forall v \in V_h \cap H^1_0(D),
 
     with :math:`a` and :math:`f` evaluated at the quadrature points of each cell (scikit-fem's
-    default rule for P1, exact for quadratics). The basis, quadrature points and boundary
-    degrees of freedom are built once per mesh.
+    default rule for P1, exact for quadratics). The basis, quadrature points, boundary degrees
+    of freedom and the products :math:`|J|\,w_q\,\nabla\varphi_i\cdot\nabla\varphi_j` at every
+    quadrature point are built once per mesh, so the stiffness matrix of a new coefficient is one
+    contraction :math:`K_{ij} = \sum_{e,q} a(x_{e,q})\,|J_e| w_q \nabla\varphi_i\cdot\nabla\varphi_j`,
+    followed by one sparse LU factorisation (minimum-degree ordering).
 
     Args:
         mesh (meshio.Mesh): a triangle (2-D) or tetrahedron (3-D) mesh; every boundary facet gets
@@ -78,6 +81,7 @@ class DarcyProblem:
         cols = np.repeat(dofs[:, None, :], dofs.shape[1], 1)
         self._keep = ((rows >= 0) & (cols >= 0)).ravel()
         self._rows, self._cols = rows.ravel()[self._keep], cols.ravel()[self._keep]
+        self._loads: dict[float, np.ndarray] = {}
 
     @property
     def nodes(self) -> np.ndarray:
@@ -102,7 +106,11 @@ class DarcyProblem:
         return csc_matrix((data, (self._rows, self._cols)), shape=(n, n))
 
     def load(self, f) -> np.ndarray:
-        """Load vector ``int f v`` at the interior nodes."""
+        """Load vector ``int f v`` at the interior nodes (cached for constant ``f``)."""
+        if np.isscalar(f):
+            if f not in self._loads:
+                self._loads[f] = self.load(lambda x: np.full(len(x), float(f)))
+            return self._loads[f]
         return skfem.asm(_load, self.basis, f=self._at_quad(f))[self.interior]
 
     def solve(self, coefficient, f=1.0) -> np.ndarray:

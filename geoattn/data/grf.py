@@ -100,7 +100,7 @@ class GaussianRandomField:
 
 
 def _axis_cosines(box, points, modes, xp):
-    """Per-axis normalised cosines ``c_k cos(pi k (x_j - l_j) / L_j)``, each ``[N, m_j]``.
+    """Per-axis normalised cosines ``c_k cos(pi k (x_j - l_j) / L_j)``, each ``[m_j, N]``.
 
     Uses the Chebyshev recurrence ``cos(k t) = 2 cos(t) cos((k-1) t) - cos((k-2) t)``: one cosine
     per point and axis instead of ``m_j``.
@@ -117,13 +117,13 @@ def _axis_cosines(box, points, modes, xp):
             c[k] = 2.0 * c1 * c[k - 1] - c[k - 2]
         c *= math.sqrt(2.0 / length)
         c[0] = 1.0 / math.sqrt(length)
-        out.append(c.T)  # [N, m]
+        out.append(c)  # [m, N]
     return out
 
 
 def _basis(box, points, modes) -> np.ndarray:
     """All tensor-product basis functions ``phi_k(x)`` ``[N, prod(m)]`` (C order of ``k``); small inputs only."""
-    cos = _axis_cosines(box, points, modes, np)
+    cos = [c.T for c in _axis_cosines(box, points, modes, np)]  # [N, m_j] each
     out = cos[0]
     for c in cos[1:]:
         out = (out[:, :, None] * c[:, None, :]).reshape(len(points), -1)
@@ -158,9 +158,9 @@ class GRFSample:
         if is_torch:
             coef = torch.as_tensor(coef, dtype=points.dtype, device=points.device)
         n = points.shape[0]
-        r = cos[0] @ coef.reshape(modes[0], -1)  # [N, m_2 * ... * m_d]
+        r = coef.reshape(modes[0], -1).T @ cos[0]  # [m_2 * ... * m_d, N]
         for c, m in zip(cos[1:], modes[1:]):
-            r = (r.reshape(n, m, -1) * c[:, :, None]).sum(1)  # [N, m_{j+1} * ... * m_d]
+            r = xp.einsum("krn,kn->rn", r.reshape(m, -1, n), c)  # [m_{j+1} * ... * m_d, N]
         return r.reshape(n)
 
 
