@@ -32,16 +32,16 @@ MESHES = Path(__file__).resolve().parents[2] / "meshes"
 class Recipe:
     """Sizes of one demo run."""
 
-    train: int = 192
+    train: int = 128
     test: int = 16
-    epochs: int = 24
+    epochs: int = 30
     width: int = 32
-    depth: int = 3
-    lr: float = 3e-3
-    batch_size: int = 4
+    depth: int = 2
+    lr: float = 5e-3
+    batch_size: int = 8
 
 
-QUICK = Recipe(train=24, test=4, epochs=3, width=16, depth=2, lr=3e-3)
+QUICK = Recipe(train=24, test=4, epochs=3, width=16, depth=2, lr=5e-3)
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
