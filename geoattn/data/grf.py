@@ -150,8 +150,10 @@ class GRFSample:
         xp = torch if is_torch else np
         if not is_torch:
             points = np.asarray(points, dtype=float)
-        if points.ndim != 2 or points.shape[1] < self.box.shape[1]:
-            raise ValueError(f"points must be [N, {self.box.shape[1]}], got shape {tuple(points.shape)}")
+        if points.ndim != 2 or points.shape[1] != self.box.shape[1]:
+            raise ValueError(f"points must be [N, {self.box.shape[1]}] (the field's box is "
+                             f"{self.box.shape[1]}-D), got shape {tuple(points.shape)}; drop a "
+                             "zero z-column of 2-D mesh points first")
         modes = self.coefficients.shape
         cos = _axis_cosines(self.box, points, modes, xp)
         coef = self.coefficients

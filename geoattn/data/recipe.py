@@ -27,7 +27,7 @@ Example::
 from __future__ import annotations
 
 import json
-import tomllib
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -116,6 +116,13 @@ class Recipe:
 
 def load_recipe(path: str | Path) -> Recipe:
     """Read a recipe from a TOML file."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        try:
+            import tomli as tomllib
+        except ImportError as err:
+            raise ImportError("reading TOML recipes on Python 3.10 needs: pip install tomli") from err
     with open(path, "rb") as fh:
         data = tomllib.load(fh)
     try:

@@ -99,3 +99,5 @@ def test_presets_and_errors():
         GaussianRandomField(box=((0, 0), (0, 1)))
     with pytest.raises(ValueError, match="points must be"):
         preset("cao").sample(0, 0)(np.zeros((3, 1)))
+    with pytest.raises(ValueError, match="2-D"):
+        preset("cao").sample(0, 0)(np.zeros((3, 3)))  # a 2-D field is not silently read in 3-D
