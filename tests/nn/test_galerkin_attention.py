@@ -167,3 +167,21 @@ def test_repr_and_errors():
         GalerkinAttention(8, 2, pos_dim=2)(torch.randn(4, 8), None, torch.rand(4))
     with pytest.raises(ValueError, match="divisible"):
         GalerkinAttention(10, heads=4)
+
+
+def test_weighted_gram_is_integrate_of_outer_products():
+    """The segment-wise Gram matrix equals geoattn.mesh.integrate of per-node outer products,
+    for sorted, unsorted and missing batch vectors; segment_matmul applies it per graph."""
+    from geoattn.mesh import integrate
+    from geoattn.nn.functional import segment_matmul, weighted_gram
+
+    a, b = torch.randn(10, 3, 4, dtype=torch.float64), torch.randn(10, 3, 5, dtype=torch.float64)
+    w = torch.rand(10, dtype=torch.float64)
+    for batch in (None, torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 2, 3]),
+                  torch.tensor([1, 0, 3, 1, 0, 0, 2, 3, 1, 0])):
+        gram = weighted_gram(a, b, w, batch, None if batch is None else 4)
+        num = None if batch is None else 4
+        torch.testing.assert_close(gram, integrate(a[..., :, None] * b[..., None, :], w, batch, num))
+        per_node = gram.expand(10, 3, 4, 5) if batch is None else gram[batch]  # (N, H, 4, 5)
+        torch.testing.assert_close(segment_matmul(a, gram, batch),
+                                   torch.einsum("nhi,nhij->nhj", a, per_node))
