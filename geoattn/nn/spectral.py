@@ -65,13 +65,14 @@ def fourier_modes(modes: int | Sequence[int], dim: int, device=None) -> torch.Te
 
 
 class FourierFrame(NamedTuple):
-    """Where each node sits in the reference box of its segment.
+    r"""Where each node sits in the reference box of its segment.
 
-    Attributes:
-        xi: reference coordinates ``[N, d]`` (the basis is :math:`e^{2\\pi i m \\cdot \\xi}`).
-        segment: segment (graph or patch) of each node ``[N]``.
-        num_segments: number of segments ``S``.
-        volume: physical volume of each segment's box ``[S]`` (:math:`dx = |B|\\,d\\xi`).
+    Fields:
+
+    - ``xi``: reference coordinates ``[N, d]`` (the basis is :math:`e^{2\pi i m \cdot \xi}`);
+    - ``segment``: segment (graph or patch) of each node ``[N]``;
+    - ``num_segments``: number of segments ``S``;
+    - ``volume``: physical volume of each segment's box ``[S]`` (:math:`dx = |B|\,d\xi`).
     """
 
     xi: torch.Tensor

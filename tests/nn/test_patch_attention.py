@@ -162,3 +162,15 @@ def test_float32():
     assert out.dtype == torch.float32 and torch.isfinite(out).all()
     out.sum().backward()
     assert layer.q.weight.grad is not None
+
+
+def test_example_patches():
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "patches.py"
+    spec = importlib.util.spec_from_file_location("patches_example", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    result = example.run(levels=3)
+    assert result["rate"] > 1.0 and result["final_error"] < 1e-3, result
