@@ -7,10 +7,12 @@ writes the mesh with the prediction (point data ``prediction``, or ``--name``) t
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-import torch
+import meshio
 
-from ..mesh import read_mesh, write_mesh
+from ..eval import predict_meshio
+from ..mesh import save_meshio
 from ..train import load_operator
 
 
@@ -25,10 +27,9 @@ def add_args(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     op = load_operator(args.checkpoint)
-    dtype = next(op.parameters()).dtype
-    data = read_mesh(args.mesh, x=args.field, dtype=dtype)
-    with torch.no_grad():
-        pred = op(data.x, data.pos, data.weight)
-    write_mesh(args.output, data, point_data={args.name: pred})
-    print(f"wrote {args.output}: {args.name} on {data.num_nodes} nodes")
+    if not Path(args.mesh).exists():
+        raise FileNotFoundError(f"no mesh file at {args.mesh}")
+    result = predict_meshio(op, meshio.read(args.mesh), args.field, args.name)
+    save_meshio(args.output, result)
+    print(f"wrote {args.output}: {args.name} on {len(result.points)} nodes")
     return 0

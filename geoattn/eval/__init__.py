@@ -2,5 +2,6 @@
 
 from .crossmesh import CrossMeshReport, cross_mesh_report
 from .plots import plot_errors, plot_sample
+from .predict import predict_meshio
 
-__all__ = ["CrossMeshReport", "cross_mesh_report", "plot_errors", "plot_sample"]
+__all__ = ["CrossMeshReport", "cross_mesh_report", "plot_errors", "plot_sample", "predict_meshio"]
