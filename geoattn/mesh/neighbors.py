@@ -115,7 +115,7 @@ def knn(pos_source: torch.Tensor, pos_target: torch.Tensor, k: int,
         raise ValueError(f"k must be in [1, {len(pos_source)}] (number of source nodes), got k={k}")
     gap = _gap(pos_source, pos_target)
     ps, pt = _lift(pos_source, batch_source, gap), _lift(pos_target, batch_target, gap)
-    dist, src = cKDTree(ps).query(pt, k=k)
+    _, src = cKDTree(ps).query(pt, k=k, workers=-1)
     src = np.asarray(src).reshape(len(pt), k)  # [N_t, k]
     if batch_source is not None:
         bs, bt = batch_source.cpu().numpy(), batch_target.cpu().numpy()
