@@ -144,7 +144,8 @@ def test_same_sample_on_mesh_and_refinements_converges():
         on_fine = coarse.probes(fine.p) @ data[f"r{k}"][0].y[:, 0].numpy()
         diffs.append(np.sqrt(np.sum(w * (on_fine - ref) ** 2) / np.sum(w * ref**2)))
     # against the finest mesh the error ratio of consecutive levels approaches 4 (second order)
-    assert diffs[0] < 2e-2 and diffs[1] < diffs[0] / 3.0, diffs
+    # (measured: 1.3e-2, 3.3e-3, 7.7e-4 for 289, 1089, 4225 nodes against 16 641)
+    assert diffs[0] < 2e-2 and diffs[1] < diffs[0] / 3.0 and diffs[2] < diffs[1] / 3.0, diffs
     # the coefficient at nodes is the same function on every mesh (coarse nodes come first)
     n0 = data["r0"][0].num_nodes
     torch.testing.assert_close(data["r3"][0].x[:n0], data["r0"][0].x)
