@@ -60,6 +60,10 @@ class ChannelError(MeshError):
     """Input values have a different number of channels than the model was built for."""
 
 
+class MeshMismatchError(MeshError):
+    """A model tied to one mesh (e.g. a Discrete-NAO mixer matrix) received a different mesh."""
+
+
 class CheckpointError(ValueError):
     """A checkpoint file is missing, truncated, corrupted or not a geoattn checkpoint."""
 
@@ -90,6 +94,7 @@ __all__ = [
     "WeightError",
     "UnsupportedCellError",
     "ChannelError",
+    "MeshMismatchError",
     "CheckpointError",
     "NonFiniteLossError",
     "UnusedNodeWarning",

@@ -4,10 +4,13 @@ Every model stores its constructor arguments in ``model.hparams`` so a checkpoin
 """
 
 from .base import MODELS, NeuralOperator, build_model
+from .nao import NAO, DiscreteNAO
 from .tno import TNO
 
 __all__ = [
+    "DiscreteNAO",
     "MODELS",
+    "NAO",
     "NeuralOperator",
     "TNO",
     "build_model",

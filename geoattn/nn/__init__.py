@@ -6,11 +6,22 @@
 from . import functional
 from .continuum_attention import ContinuumAttention, ContinuumCrossAttention
 from .galerkin_attention import FourierAttention, GalerkinAttention
+from .graph_kernel import GraphKernelIntegral
+from .nonlocal_attention import NonlocalAttention
+from .patch_attention import PatchAttention, PatchCrossAttention
+from .spectral import PatchSpectralIntegral, SpectralIntegral, SpectralSmoothing
 
 __all__ = [
     "ContinuumAttention",
     "ContinuumCrossAttention",
     "FourierAttention",
     "GalerkinAttention",
+    "GraphKernelIntegral",
+    "NonlocalAttention",
+    "PatchAttention",
+    "PatchCrossAttention",
+    "PatchSpectralIntegral",
+    "SpectralIntegral",
+    "SpectralSmoothing",
     "functional",
 ]
