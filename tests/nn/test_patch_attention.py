@@ -145,6 +145,11 @@ def test_converges_across_graded_mesh_and_refinements(method):
     else:  # pre-asymptotic on the coarsest level: fit the last three
         assert_convergence_rate(hs[1:], errors[1:], expected=1.3, tol=0.4)
     assert errors[-1] < 2.5e-2
+    # plain averages over nodes (uniform weights) converge to another operator on a graded mesh
+    u, pos, w, _ = samples[-1]
+    with torch.no_grad():
+        plain = layer(u, pos, torch.full_like(w, 1.0 / len(w)), part.transfer(pos), part.length)
+    assert (plain[:len(coarse.pos)] - outs[-1]).norm() / outs[-1].norm() > 10 * errors[-1]
 
 
 def test_repr_and_errors():
