@@ -85,3 +85,14 @@ def test_converges_under_refinement_at_fixed_radius(kind):
             plain = layer(v, pos, uniform, radius(pos, probe, 0.3), f=_a(pos), pos_target=probe,
                           f_target=_a(probe))
         assert (plain - outs[-1]).norm() / outs[-1].norm() > 0.3
+
+
+def test_float32_batched_graph():
+    layer = GraphKernelIntegral(2, 2, dim=2, hidden_channels=8)
+    pos, x, w = torch.rand(50, 2), torch.randn(50, 2), torch.rand(50)
+    batch = (torch.arange(50) >= 20).long()
+    out = layer(x, pos, w, radius_graph(pos, 0.3, batch))
+    alone = torch.cat([layer(x[:20], pos[:20], w[:20], radius_graph(pos[:20], 0.3)),
+                       layer(x[20:], pos[20:], w[20:], radius_graph(pos[20:], 0.3))])
+    assert out.dtype == torch.float32 and torch.allclose(out, alone, atol=1e-5)
+    assert "feature_channels=0" in repr(layer)
