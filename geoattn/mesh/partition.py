@@ -27,13 +27,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from scipy.sparse import coo_matrix
+from scipy.sparse import coo_matrix, csr_matrix
+from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
+
+from .neighbors import knn_graph
+from .quadrature import integrate
 
 logger = logging.getLogger(__name__)
 
 #: Integer resolution of the METIS vertex weights (total weight of one mesh).
 _METIS_TOTAL = 1 << 24
+#: Neighbours per node of the graph METIS partitions when a point cloud has no cells.
+_CLOUD_NEIGHBORS = 8
+#: METIS attempts (seeds x schemes) and the relative imbalance that ends the search early.
+_METIS_ATTEMPTS = 16
+_METIS_GOOD = 0.01
 
 
 @dataclass(frozen=True)
@@ -131,8 +140,6 @@ def patch_centroids(pos: torch.Tensor, weight: torch.Tensor, patch: torch.Tensor
 
     Empty patches (zero weight) get the origin.
     """
-    from .quadrature import integrate
-
     mass = integrate(torch.ones_like(weight), weight, patch, num_patches)  # [P]
     moment = integrate(pos, weight, patch, num_patches)  # [P, d]
     return moment / mass.clamp_min(torch.finfo(mass.dtype).tiny).unsqueeze(-1)
@@ -199,8 +206,6 @@ def _metis(p: np.ndarray, w: np.ndarray, num_parts: int, cells, seed: int) -> np
     if num_parts == 1:
         return np.zeros(n, dtype=np.int64)
     if cells is None:
-        from .neighbors import knn_graph
-
         ei = knn_graph(torch.from_numpy(p), k=min(_CLOUD_NEIGHBORS, n - 1)).numpy()
         cells = ei.T  # each kNN edge is a 2-node "cell"
     else:
@@ -230,12 +235,6 @@ def _metis(p: np.ndarray, w: np.ndarray, num_parts: int, cells, seed: int) -> np
     return best
 
 
-#: Neighbours per node of the graph METIS partitions when a point cloud has no cells.
-_CLOUD_NEIGHBORS = 8
-#: METIS attempts (seeds x schemes) and the relative imbalance that ends the search early.
-_METIS_ATTEMPTS = 16
-_METIS_GOOD = 0.01
-
 
 def _imbalance(parts: np.ndarray, w: np.ndarray, num_parts: int) -> float:
     """Largest relative deviation of a part's total weight from the mean ``|D| / P``."""
@@ -245,9 +244,6 @@ def _imbalance(parts: np.ndarray, w: np.ndarray, num_parts: int) -> float:
 
 def _connected(parts: np.ndarray, xadj: np.ndarray, adjncy: np.ndarray, num_parts: int) -> bool:
     """Whether every part induces a connected subgraph (and none is empty)."""
-    from scipy.sparse import csr_matrix
-    from scipy.sparse.csgraph import connected_components
-
     n = len(parts)
     adj = csr_matrix((np.ones(len(adjncy)), adjncy, xadj), shape=(n, n)).tocoo()
     same = parts[adj.row] == parts[adj.col]
