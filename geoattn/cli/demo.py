@@ -41,7 +41,7 @@ class Recipe:
     batch_size: int = 8
 
 
-QUICK = Recipe(train=24, test=4, epochs=3, width=16, depth=2, lr=5e-3)
+QUICK = Recipe(train=16, test=2, epochs=2, width=16, depth=1, lr=5e-3)
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:

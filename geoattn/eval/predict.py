@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import meshio
 import torch
 
-from ..mesh import from_meshio, to_meshio
+from ..mesh import from_meshio
 
 
 @torch.no_grad()
@@ -28,11 +28,15 @@ def predict_meshio(operator: torch.nn.Module, mesh: meshio.Mesh, fields: str | S
         name: name of the output point field (default ``"prediction"``).
 
     Returns:
-        a new :class:`meshio.Mesh` with the mesh's point fields and ``name`` (``[N, C_out]``).
+        a new :class:`meshio.Mesh` with the same points, cells and fields as ``mesh``, plus
+        ``name`` (``[N, C_out]``).
     """
     dtype = next(operator.parameters()).dtype
     device = next(operator.parameters()).device
     data = from_meshio(mesh, x=fields, dtype=dtype).to(device)
     prediction = operator(data.x, data.pos, data.weight)
-    data.x = None
-    return to_meshio(data, point_data={name: prediction.cpu()})
+    if prediction.shape[0] != len(mesh.points):
+        raise ValueError(f"the mesh has {len(mesh.points)} points but the model answered on "
+                         f"{prediction.shape[0]} nodes")
+    return meshio.Mesh(mesh.points, mesh.cells, cell_data=mesh.cell_data,
+                       point_data={**mesh.point_data, name: prediction.cpu().numpy()})

@@ -1,0 +1,13 @@
+from geoattn.cli.main import main
+
+
+def test_demo_quick_runs_and_writes_report(tmp_path, capsys):
+    assert main(["demo", "--quick", "--out", str(tmp_path), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    for mesh in ("train (irregular)", "refined x16", "graded", "other irregular", "coarser"):
+        assert mesh in out
+    assert "weighted rel L2" in out and "unweighted rel L2" in out
+    rows = (tmp_path / "crossmesh.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * 7
+    assert (tmp_path / "errors.png").exists() and list(tmp_path.glob("sample_*.vtu"))
+    assert (tmp_path / "weighted" / "best.pt").exists() and (tmp_path / "unweighted" / "metrics.csv").exists()
