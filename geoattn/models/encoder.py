@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .base import NeuralOperator
+
 
 class PointwiseMLP(nn.Sequential):
     """A two-layer perceptron applied at every node independently (no sum over nodes).
@@ -52,3 +54,17 @@ class EncoderBlock(nn.Module):
                 batch: torch.Tensor | None = None) -> torch.Tensor:
         x = self.norm1(x + self.mixer(x, pos, weight, batch))
         return self.norm2(x + self.ff(x))
+
+
+class EncoderOperator(NeuralOperator):
+    """Shared ``lift -> blocks`` path of the encoder models: subclasses set ``self.lift``
+    (a :class:`PointwiseMLP` on ``[x, pos]``) and ``self.blocks`` (:class:`EncoderBlock` list)."""
+
+    def encode(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
+               batch: torch.Tensor | None = None) -> torch.Tensor:
+        """The encoder features ``[N, width]`` on the input mesh."""
+        self.check_inputs(x, pos)
+        h = self.lift(torch.cat([x, pos], dim=-1))
+        for block in self.blocks:
+            h = block(h, pos, weight, batch)
+        return h

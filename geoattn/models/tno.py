@@ -6,11 +6,10 @@ import torch
 from torch import nn
 
 from ..nn.continuum_attention import ContinuumAttention, ContinuumCrossAttention
-from .base import NeuralOperator
-from .encoder import EncoderBlock, PointwiseMLP
+from .encoder import EncoderBlock, EncoderOperator, PointwiseMLP
 
 
-class TNO(NeuralOperator, name="tno"):
+class TNO(EncoderOperator, name="tno"):
     """The Transformer Neural Operator of Calvello, Kovachki, Levine and Stuart
     (`arXiv:2406.06486 <https://arxiv.org/abs/2406.06486>`_, §4.2), on unstructured meshes.
 
@@ -68,15 +67,6 @@ class TNO(NeuralOperator, name="tno"):
             self.cross = ContinuumCrossAttention(width, heads=heads, dropout=dropout)
             self.cross_norm = nn.LayerNorm(width)
         self.project = PointwiseMLP(width, 2 * width, out_channels)
-
-    def encode(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-               batch: torch.Tensor | None = None) -> torch.Tensor:
-        """The encoder features ``[N, width]`` on the input mesh."""
-        self.check_inputs(x, pos)
-        h = self.lift(torch.cat([x, pos], dim=-1))
-        for block in self.blocks:
-            h = block(h, pos, weight, batch)
-        return h
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
                 batch: torch.Tensor | None = None, pos_query: torch.Tensor | None = None,
