@@ -1,0 +1,472 @@
+"""Accuracy and cost of geoattn's operators and of neuralop's GINO and FNO on irregular-mesh Darcy data.
+
+    python benchmarks/darcy_compare.py --scale cpu --out bench_out --docs
+    python benchmarks/darcy_compare.py --scale gpu --device cuda --out bench_out
+
+Every model is trained by :class:`geoattn.train.Trainer` (AdamW, one-cycle schedule, same
+learning rate, batch size, epochs and samples) on the weighted relative L2(D) error of its
+prediction at the nodes of one irregular training mesh, and scored with the same metric
+(:func:`geoattn.eval.cross_mesh_report`) on the training mesh and on a refined, a graded and a
+foreign (other irregular) mesh carrying the same continuum test samples. neuralop's models enter
+through small adapters with the geoattn model interface ``forward(x, pos, weight, batch)``:
+
+- ``neuralop-gino``: GINO reads the nodes directly (its input GNO averages over radius balls,
+  the latent FNO runs on a regular grid, its output GNO answers at the nodes);
+- ``neuralop-fno``: the usual workaround for FNO on a mesh -- the input is linearly interpolated
+  from the mesh to a regular grid (the piecewise-linear interpolation of scipy's
+  ``LinearNDInterpolator``, stored as a sparse matrix), FNO runs on the grid, and its output is
+  bilinearly interpolated back to the nodes, where the loss and the score are taken.
+
+neuralop (``pip install 'geoattn[compare]'``) is needed only for those two models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import inspect
+import json
+import logging
+import platform
+import threading
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.sparse import coo_matrix
+from scipy.spatial import Delaunay
+from torch import nn
+
+from geoattn.data.darcy import darcy_samples
+from geoattn.eval import cross_mesh_report
+from geoattn.mesh import families
+from geoattn.models import MODELS, NeuralOperator, build_model
+from geoattn.train import NormalizedOperator, Trainer
+
+log = logging.getLogger("darcy_compare")
+
+
+@dataclass
+class Scale:
+    """Sizes of one run: training mesh ``unit_square(mesh_n, "irregular")``, samples, epochs, widths."""
+
+    mesh_n: int
+    n_train: int
+    n_test: int
+    epochs: int
+    batch_size: int = 4
+    lr: float = 1e-3
+    width: int = 32
+    depth: int = 3
+    grid: int = 32
+    modes: int = 12
+
+
+SCALES = {
+    "tiny": Scale(mesh_n=6, n_train=4, n_test=2, epochs=1, batch_size=2, width=8, depth=1, grid=8, modes=3),
+    "cpu": Scale(mesh_n=12, n_train=100, n_test=20, epochs=5, lr=2e-3, width=32, depth=3, grid=16, modes=6),
+    "gpu": Scale(mesh_n=64, n_train=1000, n_test=200, epochs=300, batch_size=8, width=64, depth=4,
+                 grid=64, modes=16),
+}
+
+
+def benchmark_meshes(n: int) -> dict[str, object]:
+    """Training mesh, its uniform refinement, a graded mesh and a foreign irregular mesh."""
+    train = families.unit_square(n, "irregular", seed=0)
+    return {"train": train, "refined": families.refine(train, 1),
+            "graded": families.unit_square(n, "graded"),
+            "foreign": families.unit_square(round(1.5 * n), "irregular", seed=1)}
+
+
+# --------------------------------------------------------------------------------------------
+# neuralop adapters: the geoattn model interface around GINO and grid FNO
+
+
+def _graphs(x: torch.Tensor, pos: torch.Tensor, batch: torch.Tensor | None):
+    """Split a flat batch into runs of graphs on one mesh: ``[(x [B, N, C], pos [N, d], slices)]``."""
+    if batch is None:
+        return [(x[None], pos, [slice(0, len(pos))])]
+    counts = torch.bincount(batch).tolist()
+    starts = np.cumsum([0] + counts)
+    groups: list[tuple[list[torch.Tensor], torch.Tensor, list[slice]]] = []
+    for b, n in enumerate(counts):
+        sl = slice(int(starts[b]), int(starts[b]) + n)
+        p = pos[sl]
+        if groups and groups[-1][1].shape == p.shape and torch.equal(groups[-1][1], p):
+            groups[-1][0].append(x[sl])
+            groups[-1][2].append(sl)
+        else:
+            groups.append(([x[sl]], p, [sl]))
+    return [(torch.stack(xs), p, sls) for xs, p, sls in groups]
+
+
+class _MeshAdapter(NeuralOperator):
+    """Runs ``self.run(x [B, N, C], pos [N, d]) -> [B, N, C_out]`` on every mesh of a flat batch.
+
+    The quadrature weights are ignored: neither neuralop model takes them (that is part of what
+    is measured).
+    """
+
+    def forward(self, x, pos, weight, batch=None):
+        out = x.new_empty(x.shape[0], self.out_channels)
+        for xs, p, slices in _graphs(x, pos, batch):
+            y = self.run(xs, p)  # [B, N, C_out]
+            for k, sl in enumerate(slices):
+                out[sl] = y[k]
+        return out
+
+
+def _grid(pos: torch.Tensor, s: int) -> np.ndarray:
+    """``s x s`` vertex grid on the bounding box of ``pos``, as points ``[s * s, 2]`` (ij order)."""
+    lo, hi = pos.min(0).values.cpu().numpy(), pos.max(0).values.cpu().numpy()
+    axes = [np.linspace(lo[k], hi[k], s) for k in range(2)]
+    return np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, 2)
+
+
+def mesh_to_grid(pos: np.ndarray, grid: np.ndarray) -> coo_matrix:
+    """Piecewise-linear interpolation from nodes to points as a sparse ``[G, N]`` matrix.
+
+    The Delaunay triangulation of the nodes and barycentric weights, as in scipy's
+    ``LinearNDInterpolator``; a point outside the hull takes its nearest node.
+    """
+    tri = Delaunay(pos)
+    simplex = tri.find_simplex(grid, tol=1e-10)
+    rows, cols, vals = [], [], []
+    inside = simplex >= 0
+    t = tri.transform[simplex[inside]]  # [G_in, 3, 2]
+    lam = np.einsum("gij,gj->gi", t[:, :2], grid[inside] - t[:, 2])  # [G_in, 2]
+    bary = np.concatenate([lam, 1 - lam.sum(1, keepdims=True)], 1)  # [G_in, 3]
+    idx = np.flatnonzero(inside)
+    rows.append(np.repeat(idx, 3))
+    cols.append(tri.simplices[simplex[inside]].ravel())
+    vals.append(bary.ravel())
+    outside = np.flatnonzero(~inside)
+    if len(outside):
+        nearest = np.argmin(((grid[outside, None] - pos[None]) ** 2).sum(-1), 1)
+        rows.append(outside), cols.append(nearest), vals.append(np.ones(len(outside)))
+    return coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                      shape=(len(grid), len(pos)))
+
+
+def grid_to_mesh(pos: np.ndarray, lo: np.ndarray, hi: np.ndarray, s: int) -> coo_matrix:
+    """Bilinear interpolation from the ``s x s`` vertex grid on ``[lo, hi]`` to the nodes, ``[N, s*s]``."""
+    u = (pos - lo) / (hi - lo) * (s - 1)  # grid coordinates [N, 2]
+    i0 = np.clip(np.floor(u).astype(int), 0, s - 2)
+    f = u - i0
+    rows, cols, vals = [], [], []
+    for di in (0, 1):
+        for dj in (0, 1):
+            w = (f[:, 0] if di else 1 - f[:, 0]) * (f[:, 1] if dj else 1 - f[:, 1])
+            rows.append(np.arange(len(pos)))
+            cols.append((i0[:, 0] + di) * s + i0[:, 1] + dj)
+            vals.append(w)
+    return coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                      shape=(len(pos), s * s))
+
+
+def _sparse(m: coo_matrix, like: torch.Tensor) -> torch.Tensor:
+    index = torch.as_tensor(np.stack([m.row, m.col]), dtype=torch.long)
+    return torch.sparse_coo_tensor(index, torch.as_tensor(m.data), m.shape, check_invariants=False).to(like).coalesce()
+
+
+class GridFNO(_MeshAdapter):
+    """neuralop's FNO on an ``s x s`` grid, with linear interpolation mesh -> grid -> mesh."""
+
+    model_name = "neuralop-fno"
+
+    def __init__(self, in_channels: int, out_channels: int, dim: int = 2, grid: int = 32,
+                 modes: int = 12, width: int = 32, depth: int = 4):
+        super().__init__()
+        from neuralop.models import FNO
+
+        self.in_channels, self.out_channels, self.dim, self.grid = in_channels, out_channels, dim, grid
+        self.hparams = dict(in_channels=in_channels, out_channels=out_channels, dim=dim, grid=grid,
+                            modes=modes, width=width, depth=depth)
+        self.fno = FNO(n_modes=(modes, modes), in_channels=in_channels, out_channels=out_channels,
+                       hidden_channels=width, n_layers=depth)
+        self._cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _operators(self, pos: torch.Tensor):
+        key = (pos.shape[0], pos.device, pos.dtype, hash(pos.detach().cpu().numpy().tobytes()))
+        if key not in self._cache:
+            p = pos.detach().cpu().double().numpy()
+            grid = _grid(pos, self.grid)
+            self._cache[key] = (_sparse(mesh_to_grid(p, grid), pos),
+                                _sparse(grid_to_mesh(p, grid.min(0), grid.max(0), self.grid), pos))
+        return self._cache[key]
+
+    def run(self, x, pos):
+        to_grid, to_mesh = self._operators(pos)
+        b, n, c = x.shape
+        g = torch.sparse.mm(to_grid, x.permute(1, 0, 2).reshape(n, b * c))  # [s*s, B*C]
+        g = g.reshape(self.grid, self.grid, b, c).permute(2, 3, 0, 1)  # [B, C, s, s]
+        y = self.fno(g)  # [B, C_out, s, s]
+        y = y.permute(2, 3, 0, 1).reshape(self.grid * self.grid, -1)  # [s*s, B*C_out]
+        return torch.sparse.mm(to_mesh, y).reshape(n, b, -1).permute(1, 0, 2)  # [B, N, C_out]
+
+
+def segment_reduce(src: torch.Tensor, indptr: torch.Tensor, reduction: str, use_scatter: bool = False):
+    """Vectorised drop-in for ``neuralop.layers.segment_csr.segment_csr`` (same arguments, same values).
+
+    neuralop's fallback without ``torch_scatter`` loops over the neighbourhoods in Python, which
+    makes GINO's time on a CPU a measure of the interpreter; this is the same reduction as one
+    ``index_add``, i.e. what ``torch_scatter.segment_csr`` computes.
+    """
+    point_dim = src.dim() - 2  # 1 when batched [B, n_reps, C], else 0
+    ptr = indptr[0] if indptr.dim() == 2 else indptr  # batched row splits are repeats of one
+    counts = ptr[1:] - ptr[:-1]  # [n_out]
+    segment = torch.repeat_interleave(torch.arange(len(counts), device=src.device), counts)
+    shape = list(src.shape)
+    shape[point_dim] = len(counts)
+    out = src.new_zeros(shape).index_add_(point_dim, segment, src)
+    if reduction == "mean":
+        out = out / counts.clamp(min=1).to(src.dtype).reshape(-1, 1)
+    return out
+
+
+class MeshGINO(_MeshAdapter):
+    """neuralop's GINO: input GNO from the nodes to an ``s x s`` latent grid, FNO, output GNO."""
+
+    model_name = "neuralop-gino"
+
+    def __init__(self, in_channels: int, out_channels: int, dim: int = 2, grid: int = 32,
+                 modes: int = 12, width: int = 32, depth: int = 4, radius: float = 0.1):
+        super().__init__()
+        import neuralop.layers.integral_transform as integral_transform
+        from neuralop.models import GINO
+
+        integral_transform.segment_csr = segment_reduce
+
+        self.in_channels, self.out_channels, self.dim, self.grid = in_channels, out_channels, dim, grid
+        self.hparams = dict(in_channels=in_channels, out_channels=out_channels, dim=dim, grid=grid,
+                            modes=modes, width=width, depth=depth, radius=radius)
+        self.gino = GINO(in_channels=in_channels, out_channels=out_channels, gno_coord_dim=dim,
+                         in_gno_radius=radius, out_gno_radius=radius, fno_n_modes=(modes, modes),
+                         fno_hidden_channels=width, fno_n_layers=depth, gno_embed_channels=16,
+                         in_gno_channel_mlp_hidden_layers=[width, width],
+                         out_gno_channel_mlp_hidden_layers=[2 * width, width],
+                         gno_use_open3d=False, gno_use_torch_scatter=False)
+
+    def run(self, x, pos):
+        latent = torch.as_tensor(_grid(pos, self.grid), dtype=pos.dtype, device=pos.device)
+        latent = latent.reshape(1, self.grid, self.grid, 2)  # [1, s, s, 2]
+        return self.gino(input_geom=pos[None], latent_queries=latent, output_queries=pos[None], x=x)
+
+
+# --------------------------------------------------------------------------------------------
+# the benchmark
+
+#: Registered geoattn models left out: NAO learns from in-context pairs, a different task.
+EXCLUDED = {"nao", "discrete_nao"}
+
+
+def model_factories(scale: Scale, names: list[str] | None = None) -> dict[str, callable]:
+    """Constructors of every model to compare (geoattn ones that exist, neuralop ones if installed)."""
+    out = {}
+    for name, cls in MODELS.items():
+        if name in EXCLUDED:
+            continue
+        params = inspect.signature(cls.__init__).parameters
+        kw = {k: v for k, v in dict(width=scale.width, depth=scale.depth).items() if k in params}
+        out[name] = lambda name=name, kw=kw: build_model(name, in_channels=1, out_channels=1, dim=2, **kw)
+    try:
+        import neuralop  # noqa: F401
+    except ImportError:
+        log.warning("neuralop is not installed: skipping GINO and FNO (pip install 'geoattn[compare]')")
+    else:
+        common = dict(in_channels=1, out_channels=1, grid=scale.grid, modes=scale.modes, width=scale.width)
+        out["neuralop-gino"] = lambda: MeshGINO(radius=2.5 / scale.mesh_n, **common)
+        out["neuralop-fno"] = lambda: GridFNO(**common)
+    if names:
+        missing = set(names) - set(out)
+        if missing:
+            raise ValueError(f"models {sorted(missing)} are not available; choose from {sorted(out)}")
+        out = {k: v for k, v in out.items() if k in names}
+    return out
+
+
+class PeakMemory:
+    """Peak memory of a block: CUDA allocator peak, or peak resident set size above the start (CPU,
+    sampled every 5 ms after returning freed heap memory to the system)."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.peak = device, 0
+
+    def __enter__(self):
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.base = torch.cuda.memory_allocated(self.device)
+            return self
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except OSError:
+            pass
+        self.base, self._stop = self._rss(), threading.Event()
+        self.peak = self.base
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+        return self
+
+    @staticmethod
+    def _rss() -> int:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * 4096
+
+    def _watch(self):
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, self._rss())
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            self.peak = torch.cuda.max_memory_allocated(self.device)
+        else:
+            self._stop.set()
+            self._thread.join()
+            self.peak = max(self.peak, self._rss())
+        self.mib = (self.peak - self.base) / 2**20
+
+
+def run_family(family: str, scale: Scale, names: list[str] | None, device: torch.device,
+               seed: int = 0) -> dict:
+    """Train every model on one coefficient family and score it on every mesh."""
+    meshes = benchmark_meshes(scale.mesh_n)
+    tic = time.perf_counter()
+    train = darcy_samples({"train": meshes["train"]}, scale.n_train, seed, family)["train"]
+    test = darcy_samples(meshes, scale.n_test, seed, family, start=scale.n_train)
+    log.info("%s: data in %.1f s", family, time.perf_counter() - tic)
+    train = [d.to(device) for d in train]
+    test = {k: [d.to(device) for d in v] for k, v in test.items()}
+    rows, operators = {}, {}
+    for name, make in model_factories(scale, names).items():
+        torch.manual_seed(seed)
+        op = NormalizedOperator(make()).to(device)
+        trainer = Trainer(op, epochs=scale.epochs, batch_size=scale.batch_size, lr=scale.lr,
+                          seed=seed, progress=False)
+        with PeakMemory(device) as mem:
+            history = trainer.fit(train)
+        seconds = [h["seconds"] for h in history]
+        rows[name] = {"parameters": sum(p.numel() for p in op.parameters() if p.requires_grad),
+                      "seconds_per_epoch": float(np.median(seconds)), "peak_mib": mem.mib,
+                      "train_error": history[-1]["train"]}
+        operators[name] = op
+        log.info("%s %s: %s", family, name, rows[name])
+    report = cross_mesh_report(operators, test, reference="train", batch_size=scale.batch_size)
+    for name in operators:
+        rows[name]["test"] = {mesh: report.mean(name, mesh) for mesh in report.nodes}
+    return {"nodes": report.nodes, "models": rows, "report": report, "operators": operators}
+
+
+def markdown(results: dict, scale: Scale) -> str:
+    """The results as a markdown table per family (model, cost, error on each mesh)."""
+    out = []
+    for family, res in results.items():
+        meshes = list(res["nodes"])
+        out.append(f"**{family}** coefficients (test relative L2(D) error, mean of {scale.n_test} samples):\n")
+        head = ["model", "parameters", "s / epoch", "peak MiB"] + [
+            f"{m} ({res['nodes'][m]})" for m in meshes] + ["worst / train"]
+        out.append("| " + " | ".join(head) + " |")
+        out.append("|" + "---|" * len(head))
+        for name, r in res["models"].items():
+            errs = [r["test"][m] for m in meshes]
+            cells = [name, f"{r['parameters']:,}", f"{r['seconds_per_epoch']:.2f}", f"{r['peak_mib']:.0f}"]
+            cells += [f"{e:.4f}" for e in errs] + [f"{max(errs[1:]) / errs[0]:.2f}"]
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def table(results: dict) -> str:
+    """Plain-text table for the terminal."""
+    lines = []
+    for family, res in results.items():
+        meshes = list(res["nodes"])
+        lines.append(f"{family}: " + ", ".join(f"{m} {n} nodes" for m, n in res["nodes"].items()))
+        lines.append(f"{'model':<15}{'params':>9}{'s/epoch':>9}{'MiB':>7}" + "".join(f"{m:>10}" for m in meshes))
+        for name, r in res["models"].items():
+            lines.append(f"{name:<15}{r['parameters']:>9}{r['seconds_per_epoch']:>9.2f}{r['peak_mib']:>7.0f}"
+                         + "".join(f"{r['test'][m]:>10.4f}" for m in meshes))
+    return "\n".join(lines)
+
+
+def plot(results: dict, folder: Path, prefix: str = "darcy_compare") -> list[Path]:
+    """Error vs mesh (one line per model) and error on the training mesh vs seconds per epoch."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    fams = list(results)
+    paths = []
+    fig, axes = plt.subplots(1, len(fams), figsize=(5.2 * len(fams), 3.8), squeeze=False)
+    for ax, family in zip(axes[0], fams):
+        res = results[family]
+        meshes = list(res["nodes"])
+        for name, r in res["models"].items():
+            ax.plot(range(len(meshes)), [r["test"][m] for m in meshes], "o-", label=name)
+        ax.set_xticks(range(len(meshes)), [f"{m}\n({res['nodes'][m]})" for m in meshes])
+        ax.set_yscale("log")
+        ax.set_ylabel("test relative L2(D) error")
+        ax.set_title(family)
+    axes[0][-1].legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(folder / f"{prefix}_mesh.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    fig, axes = plt.subplots(1, len(fams), figsize=(5.2 * len(fams), 3.8), squeeze=False)
+    for ax, family in zip(axes[0], fams):
+        for name, r in results[family]["models"].items():
+            ax.scatter(r["seconds_per_epoch"], r["test"]["train"], label=name)
+            ax.annotate(name, (r["seconds_per_epoch"], r["test"]["train"]), fontsize=7)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("seconds per training epoch")
+        ax.set_ylabel("test error, training mesh")
+        ax.set_title(family)
+    fig.tight_layout()
+    paths.append(folder / f"{prefix}_time.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scale", default="cpu", choices=sorted(SCALES))
+    parser.add_argument("--families", nargs="+", default=["piecewise", "lognormal"])
+    parser.add_argument("--models", nargs="+", help="subset of models (default: all available)")
+    parser.add_argument("--device", default="cpu")
+    for field in ("mesh_n", "n_train", "n_test", "epochs", "batch_size", "width", "depth", "grid", "modes"):
+        parser.add_argument("--" + field.replace("_", "-"), type=int, help=f"override the scale's {field}")
+    parser.add_argument("--out", type=Path, help="folder for results.json, table.md and the plots")
+    parser.add_argument("--threads", type=int, help="torch CPU threads")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
+    log.setLevel(logging.INFO)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    scale = replace(SCALES[args.scale], **{k: v for k, v in vars(args).items()
+                                           if k in Scale.__dataclass_fields__ and v is not None})
+    device = torch.device(args.device)
+    tic = time.perf_counter()
+    results = {f: run_family(f, scale, args.models, device) for f in args.families}
+    print(table(results))
+    machine = (torch.cuda.get_device_name(device) if device.type == "cuda" else
+               f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads")
+    print(f"scale {args.scale}: {asdict(scale)}; device {device} ({machine}); total {time.perf_counter() - tic:.0f} s")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        plain = {f: {k: v for k, v in r.items() if k not in ("report", "operators")} for f, r in results.items()}
+        (args.out / "results.json").write_text(json.dumps(
+            {"scale": asdict(scale), "device": str(device), "machine": machine, "results": plain}, indent=1))
+        (args.out / "table.md").write_text(markdown(results, scale))
+        plot(results, args.out)
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""Machinery of ``benchmarks/darcy_compare.py`` on a tiny setting (the full run is a benchmark)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from geoattn.mesh import families
+from geoattn.train import relative_l2
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "darcy_compare.py"
+
+
+@pytest.fixture(scope="module")
+def dc():
+    spec = importlib.util.spec_from_file_location("darcy_compare", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+def test_mesh_grid_interpolation_is_exact_for_linear_functions(dc):
+    # Piecewise-linear (mesh -> grid) and bilinear (grid -> mesh) interpolation reproduce
+    # affine functions exactly, and their rows are partitions of unity.
+    mesh = families.unit_square(7, "irregular", seed=3)
+    pos = mesh.points[:, :2]
+    grid = dc._grid(torch.as_tensor(pos), 9)
+    f = lambda p: 0.3 + 2.0 * p[:, 0] - 1.5 * p[:, 1]  # noqa: E731
+    to_grid = dc.mesh_to_grid(pos, grid).tocsr()
+    to_mesh = dc.grid_to_mesh(pos, grid.min(0), grid.max(0), 9).tocsr()
+    np.testing.assert_allclose(to_grid @ f(pos), f(grid), atol=1e-12)
+    np.testing.assert_allclose(to_mesh @ f(grid), f(pos), atol=1e-12)
+    np.testing.assert_allclose(to_grid.sum(1).A[:, 0], 1.0, atol=1e-12)
+    # a bilinear function x*y is exact for the bilinear grid -> mesh interpolation too
+    np.testing.assert_allclose(to_mesh @ (grid[:, 0] * grid[:, 1]), pos[:, 0] * pos[:, 1], atol=1e-12)
+
+
+def test_flat_batch_is_grouped_by_mesh(dc):
+    pos_a, pos_b = torch.rand(5, 2), torch.rand(3, 2)
+    pos = torch.cat([pos_a, pos_a, pos_b])
+    x = torch.arange(13.0)[:, None]
+    batch = torch.tensor([0] * 5 + [1] * 5 + [2] * 3)
+    groups = dc._graphs(x, pos, batch)
+    assert [g[0].shape for g in groups] == [(2, 5, 1), (1, 3, 1)]
+    assert torch.equal(groups[0][0][1, :, 0], torch.arange(5.0, 10.0))
+
+
+def test_segment_reduce_equals_neuralop_loop(dc):
+    pytest.importorskip("neuralop")
+    from neuralop.layers.segment_csr import segment_csr
+
+    src = torch.randn(3, 10, 4)
+    ptr = torch.tensor([0, 2, 2, 7, 10])  # includes an empty neighbourhood
+    for reduction in ("sum", "mean"):
+        torch.testing.assert_close(dc.segment_reduce(src, ptr[None].repeat(3, 1), reduction),
+                                   segment_csr(src, ptr[None].repeat(3, 1), reduction, False))
+        torch.testing.assert_close(dc.segment_reduce(src[0], ptr, reduction),
+                                   segment_csr(src[0], ptr, reduction, False))
+
+
+def test_tiny_run_scores_every_model_on_every_mesh(dc, tmp_path):
+    models = ["tno"]
+    try:
+        import neuralop  # noqa: F401
+        models += ["neuralop-gino", "neuralop-fno"]
+    except ImportError:
+        pass
+    results = dc.main(["--scale", "tiny", "--families", "piecewise", "--models", *models,
+                       "--out", str(tmp_path)])
+    res = results["piecewise"]
+    assert list(res["nodes"]) == ["train", "refined", "graded", "foreign"]
+    assert res["nodes"]["refined"] > 3 * res["nodes"]["train"]
+    assert set(res["models"]) == set(models)
+    for name, row in res["models"].items():
+        assert row["parameters"] > 0 and row["seconds_per_epoch"] > 0
+        assert all(0 < e < 2 for e in row["test"].values())
+    # the reported score is the weighted relative L2 error of the prediction on each mesh
+    for name, op in res["operators"].items():
+        sample = dc.darcy_samples({"graded": dc.benchmark_meshes(6)["graded"]}, 1, 0, "piecewise",
+                                  start=dc.SCALES["tiny"].n_train)["graded"][0]
+        with torch.no_grad():
+            pred = op.eval()(sample.x, sample.pos, sample.weight)
+        expected = relative_l2(pred, sample.y, sample.weight)
+        torch.testing.assert_close(res["report"].errors[name]["graded"][0], expected)
+    assert (tmp_path / "table.md").read_text().count("| tno |") == 1
+    assert (tmp_path / "darcy_compare_mesh.png").stat().st_size > 0
+    assert (tmp_path / "darcy_compare_time.png").stat().st_size > 0
