@@ -59,7 +59,8 @@ class NonlocalAttention(nn.Module):
     :math:`w_\gamma = \Delta x^D` this is the paper's Riemann-sum form (App. A)
     :math:`X + \Delta x^D\,\sigma(X W^Q (W^K)^\top X^\top/\sqrt{d_k}) X` with :math:`\sigma`
     the identity. There is no softmax, value or output projection, exactly as in the paper; the
-    optional biases :math:`b^Q, b^K` follow the authors' code.
+    optional biases :math:`b^Q, b^K` follow the authors' code. The update is cubic in the tokens,
+    so :math:`W^Q, W^K` start small (normal, std :math:`0.1/\sqrt{d}`) and the biases at zero.
 
     Args:
         pairs (int): number of data pairs :math:`d` (the feature width).
@@ -80,8 +81,11 @@ class NonlocalAttention(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        self.query.reset_parameters()
-        self.key.reset_parameters()
+        # the update is cubic in the tokens: start it small (std 0.1/sqrt(d), zero biases)
+        for lin in (self.query, self.key):
+            nn.init.normal_(lin.weight, std=0.1 / math.sqrt(self.pairs))
+            if lin.bias is not None:
+                nn.init.zeros_(lin.bias)
 
     def extra_repr(self) -> str:
         return f"pairs={self.pairs}, dk={self.dk}, bias={self.bias}"

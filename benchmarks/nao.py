@@ -1,0 +1,225 @@
+"""NAO accuracy benchmarks: the radial kernel problem (paper Table 1) and Darcy g -> p (Table 3).
+
+Run ``python benchmarks/nao.py radial`` or ``python benchmarks/nao.py darcy`` (CPU defaults take a
+few minutes each; see ``--help``). Results are logged and written as JSON to ``--out``; kernel
+pictures go to ``--figures``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+
+import numpy as np
+import torch
+
+from geoattn.data.darcy import PiecewiseConstant
+from geoattn.data.grf import preset
+from geoattn.data.microstructure import green_kernel, microstructure_tasks
+from geoattn.data.nonlocal_kernel import RadialKernelProblem, ood1_kernel, sine_kernel
+from geoattn.eval.nao_metrics import (kernel_error, operator_error, radial_density,
+                                      recover_microstructure)
+from geoattn.mesh import families, from_meshio
+from geoattn.models import NAO, DiscreteNAO
+
+log = logging.getLogger("benchmarks.nao")
+
+
+def fit(model, data, mesh, epochs, lr, batch_size, seconds, weight_decay=1e-5):
+    """Adam on the mean per-system E_f of the training systems ``data = (u, f)``."""
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=max(1, epochs // 10), gamma=0.7)
+    u, f = data
+    start = time.time()
+    for epoch in range(epochs):
+        perm = torch.randperm(len(u))
+        total = 0.0
+        for i in range(0, len(u), batch_size):
+            idx = perm[i:i + batch_size]
+            pred = model.forward_dense(u[idx], f[idx], *mesh)
+            loss = operator_error(pred, f[idx], mesh[3]).mean()
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            total += loss.item() * len(idx)
+        sched.step()
+        if epoch % max(1, epochs // 10) == 0:
+            log.info("epoch %d train E_f %.4f (%.0f s)", epoch, total / len(u), time.time() - start)
+        if time.time() - start > seconds:
+            log.info("time limit reached at epoch %d", epoch)
+            break
+    return model
+
+
+def radial(args):
+    prob = RadialKernelProblem(dx=args.dx)
+    train = [prob.samples(sine_kernel(eta), args.d) for eta in (1, 2, 3, 4, 6, 7, 8)]
+    tests = {"ID": prob.samples(sine_kernel(5.0), args.d), "OOD1": prob.samples(ood1_kernel, args.d)}
+    s0 = train[0]
+    mesh = (s0.pos[None], s0.weight[None], s0.pos_f[None], s0.weight_f[None])
+    u = torch.cat([s.u for s in train])
+    f = torch.cat([s.f for s in train])
+    log.info("radial: %d training samples, N=%d r-tokens, d=%d", len(u), u.shape[1], args.d)
+    results = {"setting": vars(args), "train_samples": len(u), "tokens": u.shape[1]}
+    models = {"NAO": NAO(args.d, dim=1, dk=args.dk, coord_scale=prob.delta),
+              "Discrete-NAO": DiscreteNAO(args.d, u.shape[1], 1, dim=1, dk=args.dk)}
+    models["Discrete-NAO"].double().bind_mesh(s0.pos, s0.pos_f)
+    kernels = {}
+    for name, model in models.items():
+        torch.manual_seed(0)
+        model.double()
+        fit(model, (u, f), mesh, args.epochs, args.lr, args.batch, args.seconds)
+        results[name] = {"params": sum(p.numel() for p in model.parameters())}
+        with torch.no_grad():
+            for split, s in tests.items():
+                pred = model.forward_dense(s.u, s.f, *mesh)
+                K = model.kernel_dense(s.u, s.f, *mesh)[:, 0]  # (S, N)
+                ef = operator_error(pred, s.f, mesh[3]).mean()
+                ek = kernel_error(K[:, None], s.kernel[None, None], s.weight_f[None],
+                                  s.weight[None], radial_density(s.u)).mean()
+                results[name][split] = {"E_f": float(ef), "E_K": float(ek)}
+                kernels[(name, split)] = K.mean(0).numpy()
+        log.info("%s: %s", name, results[name])
+    if args.figures:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, axes = plt.subplots(1, 2, figsize=(8, 3))
+        r = s0.pos[:, 0].numpy()
+        for ax, split in zip(axes, tests):
+            ax.plot(r, tests[split].kernel.numpy(), "k-", label="true")
+            for name in models:
+                ax.plot(r, kernels[(name, split)], label=name, lw=1)
+            ax.set_xlim(0, 4)
+            ax.set_title(f"{split} kernel")
+            ax.set_xlabel("r")
+        axes[0].legend()
+        fig.tight_layout()
+        fig.savefig(f"{args.figures}/nao_radial_kernels.png", dpi=80)
+    return results
+
+
+def darcy(args):
+    meshes = {"train": families.unit_square(args.n, kind="irregular", seed=1)}
+    meshes["refined"] = families.refine(meshes["train"], 1)
+    meshes["graded"] = families.unit_square(args.n, kind="graded")
+    tasks = range(args.tasks + args.test_tasks)
+    data = {k: microstructure_tasks(m, tasks, args.sources, seed=args.seed) for k, m in meshes.items()}
+    geo = {k: from_meshio(m, dtype=torch.float32) for k, m in meshes.items()}
+    tr = data["train"][:args.tasks]
+    gs = float(np.std(np.concatenate([t.g for t in tr])))
+    ps = float(np.std(np.concatenate([t.p for t in tr])))
+    rng = np.random.default_rng(args.seed)
+
+    def systems(task_list, perms):
+        u, f = [], []
+        for t in task_list:
+            for _ in range(perms):
+                idx = rng.permutation(args.sources)[:args.d]
+                u.append(torch.as_tensor(t.g[:, idx] / gs, dtype=torch.float32))
+                f.append(torch.as_tensor(t.p[:, idx] / ps, dtype=torch.float32))
+        return torch.stack(u), torch.stack(f)
+
+    def mesh_of(k):
+        g = geo[k]
+        return (g.pos[None], g.weight[None], g.pos[None], g.weight[None])
+
+    u, f = systems(tr, args.perms)
+    log.info("darcy: %d training systems of d=%d on %d nodes", len(u), args.d, u.shape[1])
+    torch.manual_seed(0)
+    model = NAO(args.d, dim=2, dk=args.dk)
+    fit(model, (u, f), mesh_of("train"), args.epochs, args.lr, args.batch, args.seconds, 1e-6)
+    results = {"setting": vars(args), "params": sum(p.numel() for p in model.parameters()),
+               "train_systems": len(u)}
+    with torch.no_grad():
+        for k in meshes:
+            tu, tf = systems(data[k][args.tasks:], 2)
+            mesh = mesh_of(k)
+            pred = model.forward_dense(tu, tf, *mesh)
+            results[k] = {"nodes": tu.shape[1], "E_f": float(operator_error(pred, tf, mesh[3]).mean())}
+            log.info("%s mesh (%d nodes): E_f %.4f", k, tu.shape[1], results[k]["E_f"])
+        # kernel of the first test microstructure on the training mesh, vs the Green's kernel
+        t = data["train"][args.tasks]
+        tu, tf = systems([t], 1)
+        mesh = mesh_of("train")
+        K = model.kernel_dense(tu, tf, *mesh)[0].double() * (ps / gs)
+        G = green_kernel(meshes["train"], PiecewiseConstant(preset("cao").sample(args.seed, args.tasks)))
+        G1 = green_kernel(meshes["train"], 1.0)
+        w = geo["train"].weight.double()
+        results["E_K"] = float(kernel_error(K[None], G[None], w[None], w[None])[0])
+        pos = geo["train"].pos.double()
+        inner = (torch.minimum(pos, 1 - pos).min(1).values > 0.15).double() * w
+        truth = torch.as_tensor(t.conductivity > np.sqrt(12 * 3))
+        for name, kern in (("learned", K), ("green", G)):
+            high, ratio = recover_microstructure(kern, G1, w)
+            results[f"recovery_{name}"] = float((inner * (high == truth)).sum() / inner.sum())
+        log.info("E_K %.3f, microstructure recovery (interior, weighted): learned %.3f, Green %.3f",
+                 results["E_K"], results["recovery_learned"], results["recovery_green"])
+        if args.figures:
+            _darcy_figure(args.figures, meshes["train"], K, G, t.conductivity,
+                          recover_microstructure(K, G1, w)[1])
+    return results, model
+
+
+def _darcy_figure(folder, mesh, K, G, conductivity, ratio):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.tri import Triangulation
+    tri = Triangulation(mesh.points[:, 0], mesh.points[:, 1], mesh.cells_dict["triangle"])
+    fig, axes = plt.subplots(1, 4, figsize=(13, 3))
+    lim = float(G.abs().max())
+    for ax, M, title in ((axes[0], G, "Green's kernel"), (axes[1], K, "NAO kernel")):
+        ax.imshow(M.numpy(), cmap="RdBu_r", vmin=-lim, vmax=lim)
+        ax.set_title(title)
+    axes[2].tripcolor(tri, conductivity, cmap="viridis")
+    axes[2].set_title("microstructure")
+    axes[3].tripcolor(tri, (1 / ratio.clamp_min(1e-3)).numpy(), cmap="viridis", vmin=0, vmax=15)
+    axes[3].set_title("1 / kernel row-sum ratio")
+    for ax in axes[2:]:
+        ax.set_aspect("equal")
+    fig.tight_layout()
+    fig.savefig(f"{folder}/nao_darcy_kernel.png", dpi=70)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__)
+    sub = parser.add_subparsers(dest="problem", required=True)
+    p = sub.add_parser("radial")
+    p.add_argument("--dx", type=float, default=0.025)
+    p.add_argument("--d", type=int, default=302)
+    p.add_argument("--dk", type=int, default=10)
+    p.add_argument("--epochs", type=int, default=400)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--batch", type=int, default=10)
+    p.add_argument("--seconds", type=float, default=100)
+    q = sub.add_parser("darcy")
+    q.add_argument("--n", type=int, default=16)
+    q.add_argument("--tasks", type=int, default=30)
+    q.add_argument("--test-tasks", type=int, default=5)
+    q.add_argument("--sources", type=int, default=60)
+    q.add_argument("--d", type=int, default=50)
+    q.add_argument("--dk", type=int, default=40)
+    q.add_argument("--perms", type=int, default=10)
+    q.add_argument("--epochs", type=int, default=200)
+    q.add_argument("--lr", type=float, default=3e-3)
+    q.add_argument("--batch", type=int, default=20)
+    q.add_argument("--seconds", type=float, default=150)
+    q.add_argument("--seed", type=int, default=0)
+    for s in (p, q):
+        s.add_argument("--out", default=None)
+        s.add_argument("--figures", default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    results = radial(args) if args.problem == "radial" else darcy(args)[0]
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(results, fh, indent=1, default=str)
+    return results
+
+
+if __name__ == "__main__":
+    main()

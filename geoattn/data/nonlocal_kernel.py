@@ -1,0 +1,128 @@
+r"""The 1-D radial nonlocal-diffusion kernel problem of the NAO paper (Yu et al., §5.1, App. C.1).
+
+Each system (task) :math:`\eta` is the nonlocal operator
+
+.. math::
+    f(x) = \int_{\mathbb{R}} \gamma_\eta(|y - x|)\,(u(y) - u(x))\,dy
+         = \int_0^\delta \gamma_\eta(r)\, g[u](r, x)\,dr, \qquad
+    g[u](r, x) = u(x + r) + u(x - r) - 2 u(x),
+
+with :math:`\delta = 11`, loadings :math:`u_1 = \cos(x) 1_{[-\pi,\pi]}` and
+:math:`u_2 = \sin(2x) 1_{[-\pi,\pi]}`, and kernels :func:`sine_kernel` (training
+:math:`\eta \in \{1,2,3,4,6,7,8\}`, in-distribution test :math:`\eta = 5`) and :func:`ood1_kernel`.
+The responses are computed by composite 16-point Gauss–Legendre quadrature on panels of length
+:math:`\le 1/4` split at the jumps and kinks of :math:`g[u](\cdot, x)` (accurate to about
+:math:`10^{-12}`; the paper uses adaptive Gauss–Kronrod), not by the Riemann sums the model uses.
+
+Tokens (eq. (20)): the u-mesh is the r-grid :math:`r_k = k\,\Delta r`, :math:`k = 1..N`,
+:math:`N = \lfloor \delta/\Delta r \rfloor`, with weights :math:`\Delta r`; the features are
+:math:`d` sample points :math:`x_j` (each "pair" is :math:`(g[u](\cdot, x_j), f(x_j))`); the f-mesh
+is a single point (coordinate 0, weight 1). The pairs of a task are all
+:math:`(u_i, x_j)` with :math:`|x_j| \le \pi + \delta` on the grid of spacing :math:`\Delta x`,
+and sample :math:`s` of :math:`S = \lfloor P/d \rfloor` takes pairs :math:`s, s+S, \dots` (strided
+subsampling, as the authors' code).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = ["RadialKernelProblem", "RadialSamples", "gaussian_kernel", "loading", "ood1_kernel",
+           "sine_kernel", "LOADINGS", "DELTA"]
+
+DELTA = 11.0
+_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(16)
+
+
+def sine_kernel(eta: float) -> Callable[[np.ndarray], np.ndarray]:
+    r""":math:`\gamma_\eta(r) = e^{-\eta r} \sin(6 r)\, 1_{[0, 11]}(r)` (eq. (24))."""
+    return lambda r: np.exp(-eta * r) * np.sin(6 * r) * ((r >= 0) & (r <= DELTA))
+
+
+def ood1_kernel(r: np.ndarray) -> np.ndarray:
+    r""":math:`\gamma(r) = r (11 - r) e^{-5 r} \sin(6 r)\, 1_{[0, 11]}(r)` (eq. (25))."""
+    return r * (11 - r) * np.exp(-5 * r) * np.sin(6 * r) * ((r >= 0) & (r <= DELTA))
+
+
+def gaussian_kernel(r: np.ndarray) -> np.ndarray:
+    r""":math:`\gamma(r) = e^{-r^2/2}/\sqrt{2\pi}` (the paper's OOD2 kernel)."""
+    return np.exp(-0.5 * r**2) / math.sqrt(2 * math.pi)
+
+
+#: The two loadings of every task: ``cos(x)`` and ``sin(2x)`` cut off outside ``[-pi, pi]``.
+LOADINGS = (lambda x: np.cos(x) * (np.abs(x) <= np.pi),
+            lambda x: np.sin(2 * x) * (np.abs(x) <= np.pi))
+
+
+def loading(u: Callable, r: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """:math:`g[u](r, x) = u(x + r) + u(x - r) - 2 u(x)`, broadcast over ``r`` and ``x``."""
+    return u(x + r) + u(x - r) - 2 * u(x)
+
+
+def response(kernel: Callable, u: Callable, x: np.ndarray, delta: float = DELTA) -> np.ndarray:
+    r""":math:`f(x) = \int_0^\delta \gamma(r) g[u](r, x)\,dr` at the points ``x [P]``, by composite
+    Gauss–Legendre quadrature with panel edges at the cut-off points :math:`r = |x \pm \pi|`."""
+    x = np.asarray(x, dtype=float)
+    grid = np.linspace(0.0, delta, int(math.ceil(4 * delta)) + 1)  # panels of length <= 1/4
+    kinks = np.clip(np.abs(np.stack([x - np.pi, x + np.pi], 1)), 0.0, delta)  # (P, 2)
+    edges = np.sort(np.concatenate([np.broadcast_to(grid, (len(x), len(grid))), kinks], 1), 1)
+    a, b = edges[:, :-1, None], edges[:, 1:, None]  # (P, panels, 1)
+    r = 0.5 * (a + b) + 0.5 * (b - a) * _GL_NODES  # (P, panels, 16)
+    vals = kernel(r) * loading(u, r, x[:, None, None])
+    return np.sum(0.5 * (b - a) * _GL_WEIGHTS * vals, axis=(1, 2))
+
+
+@dataclass
+class RadialSamples:
+    """Token tensors of one task: ``u [S, N, d]`` loadings on the r-grid, ``f [S, 1, d]``
+    responses, the r-grid ``pos [N, 1]`` and ``weight [N]``, the f-mesh ``pos_f [1, 1]`` and
+    ``weight_f [1]``, and the true kernel on the r-grid ``kernel [N]``."""
+
+    u: torch.Tensor
+    f: torch.Tensor
+    pos: torch.Tensor
+    weight: torch.Tensor
+    pos_f: torch.Tensor
+    weight_f: torch.Tensor
+    kernel: torch.Tensor
+
+
+class RadialKernelProblem:
+    """The radial kernel problem at one resolution :math:`\\Delta x = \\Delta r`.
+
+    Args:
+        dx (float, optional): grid spacing of both :math:`x` and :math:`r`. (default: ``0.0125``,
+            the paper's)
+        delta (float, optional): horizon :math:`\\delta`. (default: ``11.0``)
+        loadings (sequence, optional): the functions :math:`u_i`. (default: :data:`LOADINGS`)
+    """
+
+    def __init__(self, dx: float = 0.0125, delta: float = DELTA, loadings: Sequence = LOADINGS):
+        self.dx, self.delta, self.loadings = float(dx), float(delta), tuple(loadings)
+        self.r = self.dx * np.arange(1, int(math.floor(delta / dx + 1e-9)) + 1)  # (N,)
+        half = int(math.floor((np.pi + delta) / dx))
+        self.x = self.dx * np.arange(-half, half + 1)  # points where f can be nonzero
+
+    def pairs(self, kernel: Callable) -> tuple[np.ndarray, np.ndarray]:
+        """All pairs of a task: loadings ``[N, P]`` on the r-grid and responses ``[P]``."""
+        g = [loading(u, self.r[:, None], self.x[None, :]) for u in self.loadings]
+        f = [response(kernel, u, self.x, self.delta) for u in self.loadings]
+        return np.concatenate(g, 1), np.concatenate(f)
+
+    def samples(self, kernel: Callable, d: int, dtype: torch.dtype = torch.float64) -> RadialSamples:
+        """The :math:`\\lfloor P/d \\rfloor` samples of ``d`` strided pairs of one task."""
+        g, f = self.pairs(kernel)
+        S = g.shape[1] // d
+        if S < 1:
+            raise ValueError(f"a task has {g.shape[1]} pairs at dx={self.dx}, fewer than d={d}")
+        idx = np.stack([np.arange(s, g.shape[1], S)[:d] for s in range(S)])  # (S, d)
+        t = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=dtype)  # noqa: E731
+        return RadialSamples(u=t(g[:, idx].transpose(1, 0, 2)), f=t(f[idx][:, None, :]),
+                             pos=t(self.r[:, None]), weight=t(np.full(len(self.r), self.dx)),
+                             pos_f=t(np.zeros((1, 1))), weight_f=t(np.ones(1)),
+                             kernel=t(kernel(self.r)))

@@ -1,0 +1,37 @@
+import numpy as np
+import pytest
+from scipy.integrate import quad
+
+from geoattn.data.nonlocal_kernel import (LOADINGS, RadialKernelProblem, loading, ood1_kernel,
+                                          response, sine_kernel)
+
+
+@pytest.mark.parametrize("kernel", [sine_kernel(2.0), ood1_kernel])
+@pytest.mark.parametrize("u", LOADINGS)
+def test_response_matches_adaptive_quadrature(kernel, u):
+    x = np.array([-13.0, -3.5, -1.0, 0.3, 2.9, 7.7])
+    ref = [quad(lambda r: kernel(r) * loading(u, r, xi), 0, 11, points=[abs(xi - np.pi), abs(xi + np.pi)],
+                limit=400, epsabs=1e-13, epsrel=1e-12)[0] for xi in x]
+    np.testing.assert_allclose(response(kernel, u, x), ref, atol=1e-10)
+
+
+def test_response_of_a_smooth_loading_is_analytic():
+    """u = cos on all of R: g = 2 cos(x)(cos r - 1), so f(x) = 2 cos(x) int_0^11 gamma(r)(cos r - 1) dr."""
+    eta = 3.0
+    c = quad(lambda r: np.exp(-eta * r) * np.sin(6 * r) * (np.cos(r) - 1), 0, 11, limit=200)[0]
+    x = np.linspace(-5, 5, 7)
+    np.testing.assert_allclose(response(sine_kernel(eta), np.cos, x), 2 * np.cos(x) * c, atol=1e-12)
+
+
+def test_samples_are_strided_pairs_and_the_model_riemann_sum_approximates_f():
+    prob = RadialKernelProblem(dx=0.05)
+    s = prob.samples(sine_kernel(5.0), d=100)
+    S, N, d = s.u.shape
+    assert (N, d) == (220, 100) and s.f.shape == (S, 1, d) and S == (2 * len(prob.x)) // 100
+    # the true kernel in the model's quadrature form reproduces f to Riemann-sum accuracy
+    pred = (s.weight * s.kernel) @ s.u  # (S, d)
+    err = (pred - s.f[:, 0]).norm() / s.f.norm()
+    assert err < 0.1  # about 7.5 % at dx = 0.05: the jumps of u make the Riemann sum first order
+    fine = RadialKernelProblem(dx=0.0125).samples(sine_kernel(5.0), d=100)
+    err_fine = ((fine.weight * fine.kernel) @ fine.u - fine.f[:, 0]).norm() / fine.f.norm()
+    assert err_fine < err / 2  # first order (jumps of u): the error falls with dx
