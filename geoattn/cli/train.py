@@ -24,7 +24,7 @@ import torch
 
 from ..data.dataset import DarcyDataset
 from ..models import MODELS, build_model
-from ..train import NormalizedOperator, Trainer
+from ..train import NormalizedOperator, Trainer, init_distributed
 
 TRAIN_KEYS = ("epochs", "batch_size", "lr", "weight_decay", "clip", "seed", "h1")
 MODEL_FLAGS = ("width", "depth", "heads")
@@ -70,6 +70,7 @@ def settings(args: argparse.Namespace) -> tuple[str, dict, dict]:
 
 def run(args: argparse.Namespace) -> int:
     name, model_kw, train_kw = settings(args)
+    init_distributed()  # no-op unless launched by torchrun
     dataset = DarcyDataset(args.data, mesh=args.mesh)
     samples = [dataset[i] for i in range(len(dataset))]
     n_val = math.floor(len(samples) * args.val_fraction)

@@ -1,6 +1,7 @@
 """Training: weighted losses and normalisers, checkpoints, and the training loop."""
 
 from .checkpoint import load_checkpoint, load_operator, operator_payload, save_checkpoint
+from .distributed import init_distributed
 from .loss import p1_gradients, relative_h1, relative_l2
 from .normalizer import GaussianNormalizer
 from .operator import NormalizedOperator, node_average_weights
@@ -11,6 +12,7 @@ __all__ = [
     "NormalizedOperator",
     "Trainer",
     "evaluate_errors",
+    "init_distributed",
     "load_checkpoint",
     "load_operator",
     "node_average_weights",
