@@ -79,11 +79,23 @@ def voronoi_weights(pos: np.ndarray, box=None) -> np.ndarray:
     if n < d + 1:
         raise MeshError(f"the Voronoi rule needs at least {d + 1} points in {d}-D, got {n}")
     vor = Voronoi(_reflect(pos, box))
-    weight = np.empty(n)
-    for i in range(n):
-        region = vor.regions[vor.point_region[i]]
-        weight[i] = ConvexHull(vor.vertices[region]).volume
-    return weight
+    regions = [vor.regions[r] for r in vor.point_region[:n]]
+    if d == 3:
+        return np.array([ConvexHull(vor.vertices[r]).volume for r in regions])
+    return _convex_polygon_areas(vor.vertices, regions)
+
+
+def _convex_polygon_areas(vertices: np.ndarray, regions: list[list[int]]) -> np.ndarray:
+    """Areas of convex polygons given by unordered vertex lists (vectorised shoelace formula)."""
+    size = max(len(r) for r in regions)
+    index = np.array([r + [r[0]] * (size - len(r)) for r in regions])  # pad by repeating a vertex
+    v = vertices[index]  # (n, size, 2)
+    centre = v.mean(axis=1, keepdims=True)
+    angle = np.arctan2(v[..., 1] - centre[..., 1], v[..., 0] - centre[..., 0])
+    v = np.take_along_axis(v, np.argsort(angle, axis=1)[..., None], axis=1)  # counter-clockwise
+    w = np.roll(v, -1, axis=1)
+    # repeated vertices are adjacent after sorting, so their edges have zero length and add nothing
+    return 0.5 * np.abs((v[..., 0] * w[..., 1] - w[..., 0] * v[..., 1]).sum(axis=1))
 
 
 def knn_weights(pos: np.ndarray, k: int = 8, box=None) -> np.ndarray:
