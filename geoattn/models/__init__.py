@@ -5,11 +5,13 @@ Every model stores its constructor arguments in ``model.hparams`` so a checkpoin
 
 from .base import MODELS, NeuralOperator, build_model
 from .galerkin import GalerkinTransformer
+from .gno import GNO
 from .nao import NAO, DiscreteNAO
 from .tno import TNO
 
 __all__ = [
     "DiscreteNAO",
+    "GNO",
     "GalerkinTransformer",
     "MODELS",
     "NAO",
