@@ -21,31 +21,13 @@ import resource
 import statistics
 import subprocess
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
 from geoattn.nn import ContinuumAttention, GalerkinAttention
 from geoattn.nn.functional import quadrature_attention
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def best_time(fn, device: torch.device, repeat: int) -> float:
-    """Fastest of ``repeat`` timed calls after one warm-up call (seconds)."""
-    fn()
-    _sync(device)
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return min(times)
+from timing import best_time
 
 
 def matmul_rate(device: torch.device, repeat: int, size: int = 2048) -> float:

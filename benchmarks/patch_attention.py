@@ -13,29 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import torch
 
 from geoattn.mesh import partition
 from geoattn.nn import PatchAttention
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def best_time(fn, device: torch.device, repeat: int) -> float:
-    fn()
-    _sync(device)
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return min(times)
+from timing import best_time
 
 
 def main(argv: list[str] | None = None) -> list[dict]:

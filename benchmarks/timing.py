@@ -1,0 +1,26 @@
+"""Timing helper shared by the benchmark scripts (imported from scripts run in this folder)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+def sync(device: torch.device) -> None:
+    """Wait for queued GPU work so that wall-clock timings are honest."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def best_time(fn, device: torch.device, repeat: int) -> float:
+    """Fastest of ``repeat`` timed calls after one warm-up call (seconds)."""
+    fn()
+    sync(device)
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return min(times)
