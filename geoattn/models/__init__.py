@@ -7,15 +7,18 @@ from .base import MODELS, NeuralOperator, build_model
 from .galerkin import GalerkinTransformer
 from .gno import GNO
 from .nao import NAO, DiscreteNAO
+from .patched import FANO, ViTNO
 from .tno import TNO
 
 __all__ = [
     "DiscreteNAO",
+    "FANO",
     "GNO",
     "GalerkinTransformer",
     "MODELS",
     "NAO",
     "NeuralOperator",
     "TNO",
+    "ViTNO",
     "build_model",
 ]

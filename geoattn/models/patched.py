@@ -1,0 +1,227 @@
+"""Patched transformer neural operators on graph partitions: the ViT neural operator and FANO.
+
+Both models cut the domain into patches (a :class:`~geoattn.mesh.Partition`), attend over
+patches with :class:`~geoattn.nn.PatchAttention`, and differ only in where the nonlocal
+(spectral) map sits: in the lift (:class:`ViTNO`) or in the query, key and value maps of every
+attention layer (:class:`FANO`).
+
+Patches are chosen per forward call:
+
+- ``partition=None`` (the default, what training on batches of samples uses): every graph of the
+  batch is cut into ``num_patches`` parts by the model's ``partition_method`` (RCB by default:
+  deterministic, fast, no dependency). Each graph keeps its own patch length; graphs of different
+  sizes batch exactly as they run alone.
+- ``partition=part`` (a :class:`~geoattn.mesh.Partition` made on one mesh with
+  :func:`~geoattn.mesh.partition.partition`): the same subdomains are found on every mesh of the
+  domain by :meth:`~geoattn.mesh.Partition.transfer`, with one patch length. This is the
+  cross-mesh use: fit the partition on the training mesh and pass it when evaluating on refined,
+  graded or foreign meshes. The number of patches is then ``part.num_parts``.
+
+The learned parameters never depend on the number of patches or of nodes, so both uses run the
+same trained model.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from ..mesh.partition import Partition, partition as make_partition
+from ..nn.patch_attention import PatchAttention
+from ..nn.spectral import PatchSpectralIntegral, SpectralIntegral
+from .encoder import EncoderBlock, EncoderOperator, PointwiseMLP
+
+
+class PatchIndex(NamedTuple):
+    """The patch structure of a (batched) mesh, passed to patch layers in place of ``batch``.
+
+    Fields:
+
+    - ``patch``: patch of every node within its graph ``[N]``, in ``[0, num_patches)``;
+    - ``length``: patch length :math:`L` of every node's graph ``[N]``;
+    - ``batch``: graph of every node ``[N]``, or ``None`` for one graph;
+    - ``num_patches``: patches per graph :math:`P`.
+    """
+
+    patch: torch.Tensor
+    length: torch.Tensor
+    batch: torch.Tensor | None
+    num_patches: int
+
+
+class PatchMixer(nn.Module):
+    r"""Runs a patch layer (``forward(x, pos, weight, patch, patch_length, batch, num_patches)``)
+    with a :class:`PatchIndex`, so that it fits :class:`~geoattn.models.encoder.EncoderBlock`.
+
+    Graphs with different patch lengths :math:`L_g` share one batched call: the coordinates of
+    graph :math:`g` are divided by :math:`L_g` and its weights by :math:`L_g^d`, and the layer runs
+    with :math:`L = 1`. Patch layers only see :math:`(x - c_p)/L` and :math:`L^{-d} \sum w_i (\cdot)`,
+    which this change of units leaves unchanged.
+
+    Args:
+        layer: :class:`~geoattn.nn.PatchAttention` or :class:`~geoattn.nn.PatchSpectralIntegral`.
+
+    Shapes:
+        - ``x [N, C]``, ``pos [N, d]``, ``weight [N]``, ``index`` (:class:`PatchIndex`) to the
+          layer's output ``[N, C_out]``.
+    """
+
+    def __init__(self, layer: nn.Module):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
+                index: PatchIndex) -> torch.Tensor:
+        length = index.length.to(pos.dtype)
+        pos = pos / length.unsqueeze(-1)
+        weight = weight / length.pow(pos.shape[-1])
+        return self.layer(x, pos, weight, index.patch, 1.0, index.batch, index.num_patches)
+
+
+class PatchedOperator(EncoderOperator):
+    r"""Shared implementation of :class:`ViTNO` and :class:`FANO` (not registered itself).
+
+    .. math::
+        h_0 = L(u, x), \quad
+        h_{\ell+1} = \operatorname{LN}\big(g + F(g)\big),\;
+        g = \operatorname{LN}\big(h_\ell + A_P(h_\ell)\big), \quad
+        z = P(h_{\text{depth}}), \quad
+        \mathcal{G}(u) = z\ \text{ or }\ z + W_S z,
+
+    with :math:`A_P` patched multi-head attention (:class:`~geoattn.nn.PatchAttention`) over the
+    patches of the mesh, :math:`F` and :math:`P` pointwise, and the optional residual spectral layer
+    :math:`W_S` on the whole domain (Remark 21, ``final_modes``), which softens the seams between
+    patches. Subclasses set ``spectral_lift`` (ViT NO) or ``spectral_qkv`` (FANO).
+    """
+
+    spectral_lift: bool = False
+    spectral_qkv: bool = False
+
+    def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
+                 depth: int = 3, heads: int = 4, ff_mult: int = 2, num_patches: int = 16,
+                 modes: int = 4, partition_method: str = "rcb", final_modes: int | None = None):
+        super().__init__()
+        if partition_method not in ("rcb", "metis"):
+            raise ValueError(f"partition_method must be 'rcb' or 'metis', got {partition_method!r}")
+        if num_patches < 1:
+            raise ValueError(f"num_patches must be at least 1, got {num_patches}")
+        self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
+        self.num_patches, self.partition_method = num_patches, partition_method
+        if self.spectral_lift:
+            self.lift = PatchMixer(PatchSpectralIntegral(in_channels + dim, width, modes, dim))
+        else:
+            self.lift = PointwiseMLP(in_channels + dim, width, width)
+        self.blocks = nn.ModuleList(
+            EncoderBlock(PatchMixer(PatchAttention(width, heads=heads, modes=modes, dim=dim,
+                                                   spectral_qkv=self.spectral_qkv)), width, ff_mult)
+            for _ in range(depth))
+        self.project = PointwiseMLP(width, 2 * width, out_channels)
+        self.final = None if final_modes is None else SpectralIntegral(out_channels, out_channels,
+                                                                       final_modes, dim)
+
+    def patch_index(self, pos: torch.Tensor, weight: torch.Tensor, batch: torch.Tensor | None = None,
+                    partition: Partition | None = None) -> PatchIndex:
+        """The patches of every node: ``partition`` transferred, or each graph cut on the fly."""
+        if partition is not None:
+            patch = partition.transfer(pos)
+            length = torch.full_like(weight, partition.length)
+            return PatchIndex(patch, length, batch, partition.num_parts)
+        patch = torch.empty(len(pos), dtype=torch.long, device=pos.device)
+        length = torch.empty_like(weight)
+        counts = [len(pos)] if batch is None else torch.bincount(batch).tolist()
+        start = 0
+        for n in counts:  # PyG batches are contiguous per graph
+            if n:
+                part = make_partition(pos[start:start + n], weight[start:start + n], self.num_patches,
+                                      method=self.partition_method)
+                patch[start:start + n] = part.assignment
+                length[start:start + n] = part.length
+            start += n
+        return PatchIndex(patch, length, batch, self.num_patches)
+
+    def encode(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
+               batch: torch.Tensor | None = None, partition: Partition | None = None) -> torch.Tensor:
+        """The encoder features ``[N, width]`` on the input mesh."""
+        self.check_inputs(x, pos)
+        index = self.patch_index(pos, weight, batch, partition)
+        u = torch.cat([x, pos], dim=-1)
+        h = self.lift(u, pos, weight, index) if self.spectral_lift else self.lift(u)
+        for block in self.blocks:
+            h = block(h, pos, weight, index)
+        return h
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
+                batch: torch.Tensor | None = None, partition: Partition | None = None) -> torch.Tensor:
+        z = self.project(self.encode(x, pos, weight, batch, partition))
+        if self.final is not None:
+            z = z + self.final(z, pos, weight, batch)
+        return z
+
+
+_ARGS = """
+    Args:
+        in_channels: input function channels ``C_in``.
+        out_channels: output function channels ``C_out``.
+        dim: spatial dimension ``d`` (default ``2``).
+        width: encoder channels ``C`` (default ``64``).
+        depth: number of encoder blocks (default ``3``).
+        heads: attention heads (default ``4``).
+        ff_mult: feed-forward hidden size as a multiple of ``width`` (default ``2``).
+        num_patches: patches per graph when no partition is passed (default ``16``).
+        modes: Fourier modes :math:`K` per dimension on the reference patch (default ``4``).
+        partition_method: ``"rcb"`` (default) or ``"metis"``, for partitions made on the fly.
+        final_modes: modes of the residual spectral layer :math:`z + W_S z` on the whole domain
+            (default ``None``: no such layer).
+
+    Shapes:
+        - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional),
+          ``partition`` (optional :class:`~geoattn.mesh.Partition` of the domain).
+        - output: ``[N, C_out]``.
+"""
+
+
+class ViTNO(PatchedOperator, name="vit"):
+    r"""The Vision Transformer neural operator of Calvello, Kovachki, Levine and Stuart
+    (`arXiv:2406.06486 <https://arxiv.org/abs/2406.06486>`_, §4.3) on graph partitions.
+
+    ViT's "flatten a patch and project it" is replaced by a Fourier integral operator applied to
+    every patch in its reference frame (:class:`~geoattn.nn.PatchSpectralIntegral`), with the same
+    weights for all patches; attention then uses pointwise :math:`Q, K, V`:
+
+    .. math::
+        h_0(p)(x) = \mathrm{Re} \sum_m R(m)\, \hat u_{\text{in},p}(m)\, e^{2\pi i\, m\cdot(x-c_p)/L},
+        \qquad u_\text{in} = (u, x),
+
+    .. math::
+        A_P(h)(j) = \sum_k \operatorname{softmax}_k\Big(\tau
+            \sum_m \widehat{Qh}_j(m)\cdot\overline{\widehat{Kh}_k(m)}\Big)\, Vh(k),
+
+    followed by the encoder and projection of :class:`PatchedOperator`.
+    """ + _ARGS
+
+    spectral_lift = True
+
+
+class FANO(PatchedOperator, name="fano"):
+    r"""The Fourier attention neural operator of Calvello, Kovachki, Levine and Stuart
+    (`arXiv:2406.06486 <https://arxiv.org/abs/2406.06486>`_, §4.4) on graph partitions.
+
+    A pointwise lift of values and coordinates, and patched attention whose :math:`Q, K, V` are
+    Fourier integral operators on every patch (one complex matrix per mode,
+    ``PatchAttention(spectral_qkv=True)``):
+
+    .. math::
+        h_0(x) = L(u(x), x), \qquad
+        \widehat{Qh}_j(m) = R_Q(m)\, \hat h_j(m) \ \text{(likewise } K, V),
+
+    .. math::
+        A_P(h)(j)(x) = \mathrm{Re} \sum_m \Big(\sum_k \operatorname{softmax}_k(s_{jk})\,
+            \widehat{Vh}_k(m)\Big) e^{2\pi i\, m\cdot(x-c_j)/L},
+        \qquad s_{jk} = \tau\, \mathrm{Re} \sum_m \widehat{Qh}_j(m)\cdot\overline{\widehat{Kh}_k(m)},
+
+    followed by the encoder and projection of :class:`PatchedOperator`.
+    """ + _ARGS
+
+    spectral_qkv = True
