@@ -28,6 +28,7 @@ import gc
 import inspect
 import json
 import logging
+import os
 import platform
 import threading
 import time
@@ -67,7 +68,7 @@ class Scale:
 
 SCALES = {
     "tiny": Scale(mesh_n=6, n_train=4, n_test=2, epochs=1, batch_size=2, width=8, depth=1, grid=8, modes=3),
-    "cpu": Scale(mesh_n=12, n_train=100, n_test=20, epochs=5, lr=2e-3, width=32, depth=3, grid=16, modes=6),
+    "cpu": Scale(mesh_n=12, n_train=100, n_test=30, epochs=8, width=32, depth=3, grid=16, modes=6),
     "gpu": Scale(mesh_n=64, n_train=1000, n_test=200, epochs=300, batch_size=8, width=64, depth=4,
                  grid=64, modes=16),
 }
@@ -270,7 +271,9 @@ def model_factories(scale: Scale, names: list[str] | None = None) -> dict[str, c
         if name in EXCLUDED:
             continue
         params = inspect.signature(cls.__init__).parameters
-        kw = {k: v for k, v in dict(width=scale.width, depth=scale.depth).items() if k in params}
+        # ball radius of the graph-kernel models (here and GINO's): 2.5 cells of the training mesh
+        kw = {k: v for k, v in dict(width=scale.width, depth=scale.depth, radius=2.5 / scale.mesh_n).items()
+              if k in params}
         out[name] = lambda name=name, kw=kw: build_model(name, in_channels=1, out_channels=1, dim=2, **kw)
     try:
         import neuralop  # noqa: F401
@@ -346,11 +349,14 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
         op = NormalizedOperator(make()).to(device)
         trainer = Trainer(op, epochs=scale.epochs, batch_size=scale.batch_size, lr=scale.lr,
                           seed=seed, progress=False)
+        cpu = time.process_time()
         with PeakMemory(device) as mem:
             history = trainer.fit(train)
         seconds = [h["seconds"] for h in history]
         rows[name] = {"parameters": sum(p.numel() for p in op.parameters() if p.requires_grad),
-                      "seconds_per_epoch": float(np.median(seconds)), "peak_mib": mem.mib,
+                      "seconds_per_epoch": float(np.median(seconds)),
+                      "cpu_seconds_per_epoch": (time.process_time() - cpu) / scale.epochs,
+                      "peak_mib": mem.mib,
                       "train_error": history[-1]["train"]}
         operators[name] = op
         log.info("%s %s: %s", family, name, rows[name])
@@ -366,13 +372,14 @@ def markdown(results: dict, scale: Scale) -> str:
     for family, res in results.items():
         meshes = list(res["nodes"])
         out.append(f"**{family}** coefficients (test relative L2(D) error, mean of {scale.n_test} samples):\n")
-        head = ["model", "parameters", "s / epoch", "peak MiB"] + [
+        head = ["model", "parameters", "s / epoch", "CPU s / epoch", "peak MiB"] + [
             f"{m} ({res['nodes'][m]})" for m in meshes] + ["worst / train"]
         out.append("| " + " | ".join(head) + " |")
         out.append("|" + "---|" * len(head))
         for name, r in res["models"].items():
             errs = [r["test"][m] for m in meshes]
-            cells = [name, f"{r['parameters']:,}", f"{r['seconds_per_epoch']:.2f}", f"{r['peak_mib']:.0f}"]
+            cells = [name, f"{r['parameters']:,}", f"{r['seconds_per_epoch']:.2f}",
+                     f"{r['cpu_seconds_per_epoch']:.2f}", f"{r['peak_mib']:.0f}"]
             cells += [f"{e:.4f}" for e in errs] + [f"{max(errs[1:]) / errs[0]:.2f}"]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
@@ -385,9 +392,10 @@ def table(results: dict) -> str:
     for family, res in results.items():
         meshes = list(res["nodes"])
         lines.append(f"{family}: " + ", ".join(f"{m} {n} nodes" for m, n in res["nodes"].items()))
-        lines.append(f"{'model':<15}{'params':>9}{'s/epoch':>9}{'MiB':>7}" + "".join(f"{m:>10}" for m in meshes))
+        lines.append(f"{'model':<15}{'params':>9}{'s/epoch':>9}{'cpu s':>8}{'MiB':>7}" + "".join(f"{m:>10}" for m in meshes))
         for name, r in res["models"].items():
-            lines.append(f"{name:<15}{r['parameters']:>9}{r['seconds_per_epoch']:>9.2f}{r['peak_mib']:>7.0f}"
+            lines.append(f"{name:<15}{r['parameters']:>9}{r['seconds_per_epoch']:>9.2f}"
+                         f"{r['cpu_seconds_per_epoch']:>8.2f}{r['peak_mib']:>7.0f}"
                          + "".join(f"{r['test'][m]:>10.4f}" for m in meshes))
     return "\n".join(lines)
 
@@ -434,6 +442,22 @@ def plot(results: dict, folder: Path, prefix: str = "darcy_compare") -> list[Pat
     return paths
 
 
+def combine(paths: list[Path], out: Path) -> dict:
+    """Merge ``results.json`` files of runs with the same scale (e.g. models added later) into ``out``."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    if any(r["scale"] != runs[0]["scale"] for r in runs):
+        raise ValueError("can only combine runs of the same scale")
+    results = runs[0]["results"]
+    for run in runs[1:]:
+        for family, res in run["results"].items():
+            results[family]["models"].update(res["models"])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table.md").write_text(markdown(results, Scale(**runs[0]["scale"])))
+    plot(results, out)
+    print(table(results))
+    return results
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", default="cpu", choices=sorted(SCALES))
@@ -444,7 +468,11 @@ def main(argv: list[str] | None = None) -> dict:
         parser.add_argument("--" + field.replace("_", "-"), type=int, help=f"override the scale's {field}")
     parser.add_argument("--out", type=Path, help="folder for results.json, table.md and the plots")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
+    parser.add_argument("--combine", nargs="+", type=Path, metavar="RESULTS_JSON",
+                        help="train nothing: merge the models of earlier runs of one scale into --out")
     args = parser.parse_args(argv)
+    if args.combine:
+        return combine(args.combine, args.out)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     log.setLevel(logging.INFO)
     if args.threads:
@@ -457,12 +485,14 @@ def main(argv: list[str] | None = None) -> dict:
     print(table(results))
     machine = (torch.cuda.get_device_name(device) if device.type == "cuda" else
                f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads")
-    print(f"scale {args.scale}: {asdict(scale)}; device {device} ({machine}); total {time.perf_counter() - tic:.0f} s")
+    load = os.getloadavg()
+    print(f"scale {args.scale}: {asdict(scale)}; device {device} ({machine}); total "
+          f"{time.perf_counter() - tic:.0f} s; load average at the end {load[0]:.1f} / {load[2]:.1f} (1 / 15 min)")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         plain = {f: {k: v for k, v in r.items() if k not in ("report", "operators")} for f, r in results.items()}
         (args.out / "results.json").write_text(json.dumps(
-            {"scale": asdict(scale), "device": str(device), "machine": machine, "results": plain}, indent=1))
+            {"scale": asdict(scale), "device": str(device), "machine": machine, "load": load, "results": plain}, indent=1))
         (args.out / "table.md").write_text(markdown(results, scale))
         plot(results, args.out)
     return results

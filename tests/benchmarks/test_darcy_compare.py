@@ -90,3 +90,6 @@ def test_tiny_run_scores_every_model_on_every_mesh(dc, tmp_path):
     assert (tmp_path / "table.md").read_text().count("| tno |") == 1
     assert (tmp_path / "darcy_compare_mesh.png").stat().st_size > 0
     assert (tmp_path / "darcy_compare_time.png").stat().st_size > 0
+    merged = dc.main(["--combine", str(tmp_path / "results.json"), "--out", str(tmp_path / "merged")])
+    assert merged["piecewise"]["models"]["tno"]["test"] == pytest.approx(res["models"]["tno"]["test"])
+    assert (tmp_path / "merged" / "table.md").read_text() == (tmp_path / "table.md").read_text()
