@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from ..mesh.partition import Partition, partition as make_partition
-from ..nn.patch_attention import PatchAttention
+from ..nn.patch_attention import PatchAttention, PatchCrossAttention
 from ..nn.spectral import PatchSpectralIntegral, SpectralIntegral
 from .encoder import EncoderBlock, EncoderOperator, PointwiseMLP
 
@@ -74,10 +74,41 @@ class PatchMixer(nn.Module):
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
                 index: PatchIndex) -> torch.Tensor:
-        length = index.length.to(pos.dtype)
-        pos = pos / length.unsqueeze(-1)
-        weight = weight / length.pow(pos.shape[-1])
+        pos, weight = _unit_length(pos, weight, index)
         return self.layer(x, pos, weight, index.patch, 1.0, index.batch, index.num_patches)
+
+
+class PatchCrossMixer(PatchMixer):
+    """:class:`PatchMixer` for :class:`~geoattn.nn.PatchCrossAttention`: query nodes of one mesh
+    attend to the patches of the source mesh, each side with its :class:`PatchIndex`.
+
+    Shapes:
+        - query ``x_query [N_q, C]``, ``pos_query``, ``weight_query``, ``index_query``; source
+          ``x [N, C]``, ``pos``, ``weight``, ``index`` to ``[N_q, C]``.
+    """
+
+    def forward(self, x_query: torch.Tensor, pos_query: torch.Tensor, weight_query: torch.Tensor,
+                index_query: PatchIndex, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
+                index: PatchIndex) -> torch.Tensor:
+        pos_query, weight_query = _unit_length(pos_query, weight_query, index_query)
+        pos, weight = _unit_length(pos, weight, index)
+        return self.layer(x_query, pos_query, weight_query, index_query.patch, x, pos, weight,
+                          index.patch, 1.0, index_query.batch, index.batch,
+                          index_query.num_patches, index.num_patches)
+
+
+def _unit_length(pos: torch.Tensor, weight: torch.Tensor,
+                 index: PatchIndex) -> tuple[torch.Tensor, torch.Tensor]:
+    """Coordinates and weights in units of each graph's patch length: ``pos / L``, ``w / L^d``."""
+    length = index.length.to(pos.dtype)
+    return pos / length.unsqueeze(-1), weight / length.pow(pos.shape[-1])
+
+
+def _graph_slices(num_nodes: int, batch: torch.Tensor | None, num_graphs: int | None = None) -> list[slice]:
+    """The node range of every graph of a PyG batch (contiguous per graph)."""
+    counts = [num_nodes] if batch is None else torch.bincount(batch, minlength=num_graphs or 0).tolist()
+    ends = torch.tensor(counts).cumsum(0).tolist()
+    return [slice(end - n, end) for n, end in zip(counts, ends)]
 
 
 class PatchedOperator(EncoderOperator):
@@ -94,6 +125,11 @@ class PatchedOperator(EncoderOperator):
     patches of the mesh, :math:`F` and :math:`P` pointwise, and the optional residual spectral layer
     :math:`W_S` on the whole domain (Remark 21, ``final_modes``), which softens the seams between
     patches. Subclasses set ``spectral_lift`` (ViT NO) or ``spectral_qkv`` (FANO).
+
+    With ``decoder="cross"`` the output is read on a query mesh :math:`y` (nodes ``pos_query`` with
+    weights ``weight_query``, assigned to the same patches) through one patched cross-attention
+    (:class:`~geoattn.nn.PatchCrossAttention`) from an embedding of the query coordinates:
+    :math:`z(y) = P\big(\operatorname{LN}(E(y) + C_P(E, h_{\text{depth}})(y))\big)`.
     """
 
     spectral_lift: bool = False
@@ -101,14 +137,17 @@ class PatchedOperator(EncoderOperator):
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
                  depth: int = 3, heads: int = 4, ff_mult: int = 2, num_patches: int = 16,
-                 modes: int = 4, partition_method: str = "rcb", final_modes: int | None = None):
+                 modes: int = 4, partition_method: str = "rcb", final_modes: int | None = None,
+                 decoder: str = "pointwise"):
         super().__init__()
         if partition_method not in ("rcb", "metis"):
             raise ValueError(f"partition_method must be 'rcb' or 'metis', got {partition_method!r}")
         if num_patches < 1:
             raise ValueError(f"num_patches must be at least 1, got {num_patches}")
+        if decoder not in ("pointwise", "cross"):
+            raise ValueError(f"decoder must be 'pointwise' or 'cross', got {decoder!r}")
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
-        self.num_patches, self.partition_method = num_patches, partition_method
+        self.num_patches, self.partition_method, self.decoder = num_patches, partition_method, decoder
         if self.spectral_lift:
             self.lift = PatchMixer(PatchSpectralIntegral(in_channels + dim, width, modes, dim))
         else:
@@ -117,35 +156,43 @@ class PatchedOperator(EncoderOperator):
             EncoderBlock(PatchMixer(PatchAttention(width, heads=heads, modes=modes, dim=dim,
                                                    spectral_qkv=self.spectral_qkv)), width, ff_mult)
             for _ in range(depth))
+        if decoder == "cross":
+            self.query_embed = PointwiseMLP(dim, width, width)
+            self.cross = PatchCrossMixer(PatchCrossAttention(width, heads=heads, modes=modes, dim=dim,
+                                                             spectral_qkv=self.spectral_qkv))
+            self.cross_norm = nn.LayerNorm(width)
         self.project = PointwiseMLP(width, 2 * width, out_channels)
         self.final = None if final_modes is None else SpectralIntegral(out_channels, out_channels,
                                                                        final_modes, dim)
 
-    def patch_index(self, pos: torch.Tensor, weight: torch.Tensor, batch: torch.Tensor | None = None,
-                    partition: Partition | None = None) -> PatchIndex:
-        """The patches of every node: ``partition`` transferred, or each graph cut on the fly."""
+    def partitions(self, pos: torch.Tensor, weight: torch.Tensor, batch: torch.Tensor | None = None,
+                   partition: Partition | None = None) -> list[Partition]:
+        """The partition of every graph: ``partition`` for all, or each graph cut on the fly into
+        ``num_patches`` parts by ``partition_method``."""
+        graphs = _graph_slices(len(pos), batch)
         if partition is not None:
-            patch = partition.transfer(pos)
-            length = torch.full_like(weight, partition.length)
-            return PatchIndex(patch, length, batch, partition.num_parts)
-        patch = torch.empty(len(pos), dtype=torch.long, device=pos.device)
-        length = torch.empty_like(weight)
-        counts = [len(pos)] if batch is None else torch.bincount(batch).tolist()
-        start = 0
-        for n in counts:  # PyG batches are contiguous per graph
-            if n:
-                part = make_partition(pos[start:start + n], weight[start:start + n], self.num_patches,
-                                      method=self.partition_method)
-                patch[start:start + n] = part.assignment
-                length[start:start + n] = part.length
-            start += n
-        return PatchIndex(patch, length, batch, self.num_patches)
+            return [partition] * len(graphs)
+        return [make_partition(pos[g], weight[g], self.num_patches, method=self.partition_method)
+                for g in graphs]
+
+    @staticmethod
+    def patch_index(pos: torch.Tensor, batch: torch.Tensor | None, parts: list[Partition]) -> PatchIndex:
+        """The :class:`PatchIndex` of nodes ``pos`` (graph ``g`` in the patches of ``parts[g]``)."""
+        num_patches = {p.num_parts for p in parts}
+        if len(num_patches) != 1:
+            raise ValueError(f"all graphs of a batch need the same number of patches, got {num_patches}")
+        patch = torch.zeros(len(pos), dtype=torch.long, device=pos.device)
+        length = torch.ones(len(pos), dtype=pos.dtype, device=pos.device)
+        for g, part in zip(_graph_slices(len(pos), batch, len(parts)), parts):
+            if g.stop > g.start:
+                patch[g] = part.transfer(pos[g])
+                length[g] = part.length
+        return PatchIndex(patch, length, batch, num_patches.pop())
 
     def encode(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-               batch: torch.Tensor | None = None, partition: Partition | None = None) -> torch.Tensor:
-        """The encoder features ``[N, width]`` on the input mesh."""
+               index: PatchIndex) -> torch.Tensor:
+        """The encoder features ``[N, width]`` on the input mesh with patches ``index``."""
         self.check_inputs(x, pos)
-        index = self.patch_index(pos, weight, batch, partition)
         u = torch.cat([x, pos], dim=-1)
         h = self.lift(u, pos, weight, index) if self.spectral_lift else self.lift(u)
         for block in self.blocks:
@@ -153,10 +200,32 @@ class PatchedOperator(EncoderOperator):
         return h
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                batch: torch.Tensor | None = None, partition: Partition | None = None) -> torch.Tensor:
-        z = self.project(self.encode(x, pos, weight, batch, partition))
+                batch: torch.Tensor | None = None, partition: Partition | None = None,
+                pos_query: torch.Tensor | None = None, weight_query: torch.Tensor | None = None,
+                batch_query: torch.Tensor | None = None) -> torch.Tensor:
+        self.check_inputs(x, pos)
+        parts = self.partitions(pos, weight, batch, partition)
+        index = self.patch_index(pos, batch, parts)
+        h = self.encode(x, pos, weight, index)
+        if self.decoder == "pointwise":
+            if pos_query is not None:
+                raise ValueError(f"this {type(self).__name__} answers on its input mesh "
+                                 "(decoder='pointwise'); build it with decoder='cross' to answer "
+                                 "on a query mesh")
+            z, pos_out, weight_out, batch_out = self.project(h), pos, weight, batch
+        else:
+            if pos_query is None:
+                pos_query, weight_query, batch_query = pos, weight, batch
+            elif weight_query is None:
+                raise ValueError("a query mesh needs its quadrature weights: pass weight_query "
+                                 "(they place every query patch in its reference frame)")
+            index_query = self.patch_index(pos_query, batch_query, parts)
+            q = self.query_embed(pos_query)
+            q = self.cross_norm(q + self.cross(q, pos_query, weight_query, index_query,
+                                               h, pos, weight, index))
+            z, pos_out, weight_out, batch_out = self.project(q), pos_query, weight_query, batch_query
         if self.final is not None:
-            z = z + self.final(z, pos, weight, batch)
+            z = z + self.final(z, pos_out, weight_out, batch_out)
         return z
 
 
@@ -174,11 +243,14 @@ _ARGS = """
         partition_method: ``"rcb"`` (default) or ``"metis"``, for partitions made on the fly.
         final_modes: modes of the residual spectral layer :math:`z + W_S z` on the whole domain
             (default ``None``: no such layer).
+        decoder: ``"pointwise"`` (default) or ``"cross"`` (answers on a query mesh too).
 
     Shapes:
         - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional),
-          ``partition`` (optional :class:`~geoattn.mesh.Partition` of the domain).
-        - output: ``[N, C_out]``.
+          ``partition`` (optional :class:`~geoattn.mesh.Partition` of the domain);
+          ``pos_query [Nq, d]``, ``weight_query [Nq]``, ``batch_query [Nq]`` (optional,
+          ``decoder="cross"`` only).
+        - output: ``[N, C_out]``, or ``[Nq, C_out]`` with a query mesh.
 """
 
 

@@ -71,6 +71,32 @@ def test_untrained_output_converges_with_partitions_made_on_the_fly(cls, graded)
 
 
 @pytest.mark.parametrize("cls", MODELS)
+@torch.no_grad()
+def test_cross_decoder_answers_on_query_mesh_and_converges_in_the_source(cls, graded):
+    """A fixed irregular query mesh reads the output of the refined source meshes (partition of
+    the coarse source transferred to both sides); it converges as the source is refined, measured
+    order 1.95 (ViT NO) and 2.05 (FANO) over the last three levels."""
+    mesh, samples = graded
+    coarse = from_meshio(mesh, dtype=torch.float64)
+    part = partition(coarse.pos, coarse.weight, 4, method="rcb")
+    query = from_meshio(families.unit_square(5, "irregular", seed=2), dtype=torch.float64)
+    model = _model(cls, decoder="cross")
+    outs = [model(u, pos, w, partition=part, pos_query=query.pos, weight_query=query.weight)
+            for u, pos, w, _ in samples]
+    assert outs[0].shape == (query.num_nodes, 1)
+    errors = _relative_errors(outs, query.num_nodes)
+    hs = [s[3] for s in samples[:-1]]
+    assert convergence_rate(hs[1:], errors[1:]) > 1.2, errors
+    # on its own nodes as queries it is the same operator as without a query mesh
+    u, pos, w, _ = samples[1]
+    assert torch.allclose(model(u, pos, w), model(u, pos, w, pos_query=pos, weight_query=w))
+    with pytest.raises(ValueError, match="weight_query"):
+        model(u, pos, w, pos_query=query.pos)
+    with pytest.raises(ValueError, match="decoder='cross'"):
+        _model(cls)(u, pos, w, pos_query=query.pos, weight_query=query.weight)
+
+
+@pytest.mark.parametrize("cls", MODELS)
 def test_batched_equals_separate_and_hparams_rebuild(cls, graded):
     """Graphs of different sizes and patch lengths in one PyG batch give what they give alone."""
     _, samples = graded
@@ -89,6 +115,16 @@ def test_batched_equals_separate_and_hparams_rebuild(cls, graded):
     with torch.no_grad():
         out = model(b.x, b.pos, b.weight, b.batch, partition=part)
         sep = torch.cat([model(d.x, d.pos, d.weight, partition=part) for d in data])
+    assert torch.allclose(out, sep, atol=1e-10)
+    # a cross decoder on a batch of query meshes
+    cross = _model(cls, decoder="cross")
+    q = [from_meshio(families.unit_square(4, "irregular", seed=s), dtype=torch.float64) for s in (3, 4)]
+    bq = Batch.from_data_list(q)
+    with torch.no_grad():
+        out = cross(b.x, b.pos, b.weight, b.batch, pos_query=bq.pos, weight_query=bq.weight,
+                    batch_query=bq.batch)
+        sep = torch.cat([cross(d.x, d.pos, d.weight, pos_query=e.pos, weight_query=e.weight)
+                         for d, e in zip(data, q)])
     assert torch.allclose(out, sep, atol=1e-10)
     again = build_model(cls.model_name, **model.hparams).double()
     again.load_state_dict(model.state_dict())
