@@ -5,7 +5,7 @@ from torch_geometric.data import Batch
 from geoattn.mesh import families, from_meshio
 from geoattn.mesh.partition import partition
 from geoattn.models import FANO, ViTNO, build_model
-from geoattn.testing import convergence_rate, refinement_samples
+from geoattn.testing import assert_permutation_equivariant, convergence_rate, refinement_samples
 
 MODELS = [ViTNO, FANO]
 
@@ -137,6 +137,27 @@ def test_spectral_map_sits_in_the_lift_or_in_qkv():
     assert vit.blocks[0].mixer.layer.spectral_qkv is False and hasattr(vit.lift.layer, "mix")
     assert fano.blocks[0].mixer.layer.spectral_qkv is True and isinstance(fano.lift[0], torch.nn.Linear)
     assert ViTNO.model_name == "vit" and FANO.model_name == "fano"
+
+
+@pytest.mark.parametrize("cls", MODELS)
+@torch.no_grad()
+def test_permutation_equivariant_with_partitions_made_on_the_fly(cls):
+    """RCB cuts depend on coordinates only, so shuffling the nodes shuffles the output."""
+    d = from_meshio(families.unit_square(6, "irregular", seed=5), dtype=torch.float64)
+    model = _model(cls, final_modes=2)
+    assert_permutation_equivariant(model, _f(d.pos), d.pos, d.weight,
+                                   generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("cls", MODELS)
+def test_cuda_equals_cpu(cls):
+    d = from_meshio(families.unit_square(6, "graded"), dtype=torch.float64)
+    model = _model(cls, decoder="cross", final_modes=2)
+    with torch.no_grad():
+        cpu = model(_f(d.pos), d.pos, d.weight)
+        gpu = model.cuda()(_f(d.pos).cuda(), d.pos.cuda(), d.weight.cuda())
+    assert gpu.device.type == "cuda" and torch.allclose(gpu.cpu(), cpu, atol=1e-10)
 
 
 def test_float32_and_gradients():
