@@ -30,7 +30,7 @@ from torch import nn
 
 from ..mesh.partition import Partition, partition as make_partition
 from ..nn.patch_attention import PatchAttention, PatchCrossAttention
-from ..nn.spectral import PatchSpectralIntegral, SpectralIntegral
+from ..nn.spectral import PatchSpectralIntegral, SpectralIntegral, SpectralSmoothing
 from .encoder import EncoderBlock, EncoderOperator, PointwiseMLP
 
 
@@ -119,12 +119,14 @@ class PatchedOperator(EncoderOperator):
         h_{\ell+1} = \operatorname{LN}\big(g + F(g)\big),\;
         g = \operatorname{LN}\big(h_\ell + A_P(h_\ell)\big), \quad
         z = P(h_{\text{depth}}), \quad
-        \mathcal{G}(u) = z\ \text{ or }\ z + W_S z,
+        \mathcal{G}(u) = z,\ \ z + W_S z\ \text{ or }\ (I - \varepsilon\Delta)^{-\alpha} z,
 
     with :math:`A_P` patched multi-head attention (:class:`~geoattn.nn.PatchAttention`) over the
     patches of the mesh, :math:`F` and :math:`P` pointwise, and the optional residual spectral layer
-    :math:`W_S` on the whole domain (Remark 21, ``final_modes``), which softens the seams between
-    patches. Subclasses set ``spectral_lift`` (ViT NO) or ``spectral_qkv`` (FANO).
+    :math:`W_S` on the whole domain (``final_modes``) or the smoothing layer
+    :math:`(I - \varepsilon\Delta)^{-\alpha}` (``smoothing_eps``, with :math:`\alpha = 1.001`, on
+    ``final_modes`` modes of the bounding box), the two remedies of Remark 21 for the seams between
+    patches. The smoothing layer assumes periodic boundary conditions on the bounding box. Subclasses set ``spectral_lift`` (ViT NO) or ``spectral_qkv`` (FANO).
 
     With ``decoder="cross"`` the output is read on a query mesh :math:`y` (nodes ``pos_query`` with
     weights ``weight_query``, assigned to the same patches) through one patched cross-attention
@@ -138,7 +140,7 @@ class PatchedOperator(EncoderOperator):
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
                  depth: int = 3, heads: int = 4, ff_mult: int = 2, num_patches: int = 16,
                  modes: int = 4, partition_method: str = "rcb", final_modes: int | None = None,
-                 decoder: str = "pointwise"):
+                 decoder: str = "pointwise", smoothing_eps: float | None = None):
         super().__init__()
         if partition_method not in ("rcb", "metis"):
             raise ValueError(f"partition_method must be 'rcb' or 'metis', got {partition_method!r}")
@@ -146,6 +148,8 @@ class PatchedOperator(EncoderOperator):
             raise ValueError(f"num_patches must be at least 1, got {num_patches}")
         if decoder not in ("pointwise", "cross"):
             raise ValueError(f"decoder must be 'pointwise' or 'cross', got {decoder!r}")
+        if smoothing_eps is not None and final_modes is None:
+            raise ValueError("smoothing_eps needs final_modes (the modes the smoothing keeps)")
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
         self.num_patches, self.partition_method, self.decoder = num_patches, partition_method, decoder
         if self.spectral_lift:
@@ -162,8 +166,11 @@ class PatchedOperator(EncoderOperator):
                                                              spectral_qkv=self.spectral_qkv))
             self.cross_norm = nn.LayerNorm(width)
         self.project = PointwiseMLP(width, 2 * width, out_channels)
-        self.final = None if final_modes is None else SpectralIntegral(out_channels, out_channels,
-                                                                       final_modes, dim)
+        self.final = self.smoothing = None
+        if smoothing_eps is not None:
+            self.smoothing = SpectralSmoothing(final_modes, dim, eps=smoothing_eps)
+        elif final_modes is not None:
+            self.final = SpectralIntegral(out_channels, out_channels, final_modes, dim)
 
     def partitions(self, pos: torch.Tensor, weight: torch.Tensor, batch: torch.Tensor | None = None,
                    partition: Partition | None = None) -> list[Partition]:
@@ -226,6 +233,8 @@ class PatchedOperator(EncoderOperator):
             z, pos_out, weight_out, batch_out = self.project(q), pos_query, weight_query, batch_query
         if self.final is not None:
             z = z + self.final(z, pos_out, weight_out, batch_out)
+        if self.smoothing is not None:
+            z = self.smoothing(z, pos_out, weight_out, batch_out)
         return z
 
 
@@ -244,6 +253,8 @@ _ARGS = """
         final_modes: modes of the residual spectral layer :math:`z + W_S z` on the whole domain
             (default ``None``: no such layer).
         decoder: ``"pointwise"`` (default) or ``"cross"`` (answers on a query mesh too).
+        smoothing_eps: :math:`\varepsilon` of the smoothing last layer in place of the residual
+            spectral layer (default ``None``: none; the paper uses ``1e-3``).
 
     Shapes:
         - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional),

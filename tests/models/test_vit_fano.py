@@ -160,6 +160,22 @@ def test_cuda_equals_cpu(cls):
     assert gpu.device.type == "cuda" and torch.allclose(gpu.cpu(), cpu, atol=1e-10)
 
 
+@torch.no_grad()
+def test_smoothing_last_layer_is_the_remark_21_multiplier():
+    """With ``smoothing_eps`` the output is :class:`SpectralSmoothing` of the plain output, which
+    multiplies the box Fourier coefficient of mode m by (1 + eps |2 pi m / side|^2)^-alpha."""
+    from geoattn.nn import SpectralSmoothing
+    d = from_meshio(families.unit_square(6, "graded"), dtype=torch.float64)
+    plain = _model(FANO)
+    smooth = _model(FANO, final_modes=3, smoothing_eps=1e-2)
+    smooth.load_state_dict(plain.state_dict())
+    z = plain(_f(d.pos), d.pos, d.weight)
+    expected = SpectralSmoothing(3, 2, eps=1e-2)(z, d.pos, d.weight)
+    assert torch.allclose(smooth(_f(d.pos), d.pos, d.weight), expected, atol=1e-12)
+    with pytest.raises(ValueError, match="final_modes"):
+        FANO(2, 1, smoothing_eps=1e-3)
+
+
 def test_float32_and_gradients():
     model = _model(FANO).float().train()
     d = from_meshio(families.unit_square(5, "irregular", seed=0))
