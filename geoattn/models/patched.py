@@ -126,7 +126,8 @@ class PatchedOperator(EncoderOperator):
     :math:`W_S` on the whole domain (``final_modes``) or the smoothing layer
     :math:`(I - \varepsilon\Delta)^{-\alpha}` (``smoothing_eps``, with :math:`\alpha = 1.001`, on
     ``final_modes`` modes of the bounding box), the two remedies of Remark 21 for the seams between
-    patches. The smoothing layer assumes periodic boundary conditions on the bounding box. Subclasses set ``spectral_lift`` (ViT NO) or ``spectral_qkv`` (FANO).
+    patches. The smoothing layer assumes periodic boundary conditions on the bounding box.
+    Subclasses set ``spectral_lift`` (ViT NO) or ``spectral_qkv`` (FANO).
 
     With ``decoder="cross"`` the output is read on a query mesh :math:`y` (nodes ``pos_query`` with
     weights ``weight_query``, assigned to the same patches) through one patched cross-attention
