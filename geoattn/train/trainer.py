@@ -141,7 +141,7 @@ class Trainer:
                 ids = order[step * self.batch_size:(step + 1) * self.batch_size][self.rank::self.world]
                 batch = Batch.from_data_list([train[int(i)] for i in ids]).to(device)
                 errors = sample_errors(step_model, batch, self.h1)
-                loss = errors.mean()
+                loss = errors.mean()  # quadrature-ok: mean over samples
                 if not torch.isfinite(loss):
                     where = f"; the last good checkpoint is {last}" if last is not None and last.exists() else ""
                     raise NonFiniteLossError(f"training loss is {loss.item()} at epoch {epoch}, step {step}"
@@ -162,7 +162,7 @@ class Trainer:
             row = {"epoch": epoch, "train": float(total[0] / total[1]), "val": math.nan,
                    "lr": schedule.get_last_lr()[0], "seconds": time.perf_counter() - tic}
             if val:
-                row["val"] = float(evaluate_errors(op, val, self.batch_size, self.h1).mean())
+                row["val"] = float(evaluate_errors(op, val, self.batch_size, self.h1).mean())  # quadrature-ok: over samples
             self.history.append(row)
             score = row["val"] if val else row["train"]
             payload = operator_payload(op)
