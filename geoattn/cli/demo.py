@@ -10,9 +10,9 @@ cross-mesh table; and writes a report folder with figures, metrics and ParaView 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import meshio
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 MESHES = Path(__file__).resolve().parents[2] / "meshes"
 
 
-@dataclass
+@dataclasses.dataclass
 class Recipe:
     """Sizes of one demo run."""
 
@@ -74,7 +74,7 @@ def demo_meshes() -> dict[str, meshio.Mesh]:
 def run(args: argparse.Namespace) -> int:
     recipe = QUICK if args.quick else Recipe()
     if args.epochs:
-        recipe.epochs = args.epochs
+        recipe = dataclasses.replace(recipe, epochs=args.epochs)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     tic = time.perf_counter()
