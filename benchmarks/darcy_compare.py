@@ -44,6 +44,7 @@ from torch import nn
 from geoattn.data.darcy import darcy_samples
 from geoattn.eval import cross_mesh_report
 from geoattn.mesh import families
+from geoattn.mesh.partition import partition
 from geoattn.models import MODELS, NeuralOperator, build_model
 from geoattn.train import NormalizedOperator, Trainer
 
@@ -291,6 +292,25 @@ def model_factories(scale: Scale, names: list[str] | None = None) -> dict[str, c
     return out
 
 
+class PartitionedOperator(NormalizedOperator):
+    """A patched model (ViT-NO, FANO) with one partition, made on the training mesh, passed to
+    every call: the same subdomains on every mesh (the models' documented cross-mesh use)."""
+
+    def __init__(self, model: NeuralOperator, part):
+        super().__init__(model)
+        self.part = part
+
+    def forward(self, x, pos, weight, batch=None):
+        return super().forward(x, pos, weight, batch, partition=self.part)
+
+
+def _operator(model: NeuralOperator, mesh) -> NormalizedOperator:
+    if "partition" not in inspect.signature(model.forward).parameters:
+        return NormalizedOperator(model)
+    part = partition(mesh.pos, mesh.weight, model.num_patches, method=model.partition_method)
+    return PartitionedOperator(model, part)
+
+
 class PeakMemory:
     """Peak memory of a block: CUDA allocator peak, or peak resident set size above the start (CPU,
     sampled every 5 ms after returning freed heap memory to the system)."""
@@ -346,7 +366,7 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
     rows, operators = {}, {}
     for name, make in model_factories(scale, names).items():
         torch.manual_seed(seed)
-        op = NormalizedOperator(make()).to(device)
+        op = _operator(make(), train[0]).to(device)
         trainer = Trainer(op, epochs=scale.epochs, batch_size=scale.batch_size, lr=scale.lr,
                           seed=seed, progress=False)
         cpu = time.process_time()
