@@ -46,6 +46,7 @@ from geoattn.eval import cross_mesh_report
 from geoattn.mesh import families
 from geoattn.mesh.partition import partition
 from geoattn.models import MODELS, NeuralOperator, build_model
+from geoattn.nn.spectral import resolved_modes
 from geoattn.train import NormalizedOperator, Trainer
 
 log = logging.getLogger("darcy_compare")
@@ -265,6 +266,19 @@ class MeshGINO(_MeshAdapter):
 EXCLUDED = {"nao", "discrete_nao"}
 
 
+def patch_resolution(mesh_n: int) -> dict[str, int]:
+    """Patches and modes of the patched models (ViT-NO, FANO) that the training mesh resolves: the
+    most patches of 16, 4 or 1 whose nodes (``N / P`` each) resolve at least one mode, and the
+    modes they resolve (:func:`geoattn.nn.spectral.resolved_modes`). With more modes than a
+    patch's nodes resolve, the patch coefficients are aliased on the training mesh and the
+    trained models do not transfer."""
+    nodes = len(benchmark_meshes(mesh_n)["train"].points)
+    for parts in (16, 4, 1):
+        modes = resolved_modes(nodes / parts, 2)
+        if modes >= 1 or parts == 1:
+            return {"num_patches": parts, "modes": modes}
+
+
 def model_factories(scale: Scale, names: list[str] | None = None) -> dict[str, callable]:
     """Constructors of every model to compare (geoattn ones that exist, neuralop ones if installed)."""
     out = {}
@@ -275,6 +289,8 @@ def model_factories(scale: Scale, names: list[str] | None = None) -> dict[str, c
         # ball radius of the graph-kernel models (here and GINO's): 2.5 cells of the training mesh
         kw = {k: v for k, v in dict(width=scale.width, depth=scale.depth, radius=2.5 / scale.mesh_n).items()
               if k in params}
+        if "num_patches" in params:
+            kw.update(patch_resolution(scale.mesh_n))
         out[name] = lambda name=name, kw=kw: build_model(name, in_channels=1, out_channels=1, dim=2, **kw)
     try:
         import neuralop  # noqa: F401

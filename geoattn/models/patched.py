@@ -18,11 +18,17 @@ Patches are chosen per forward call:
   graded or foreign meshes. The number of patches is then ``part.num_parts``.
 
 The learned parameters never depend on the number of patches or of nodes, so both uses run the
-same trained model.
+same trained model. They only transfer between meshes when every patch holds enough nodes for its
+``modes``: the patch Fourier coefficients are a quadrature over the nodes of the patch, and with
+too few nodes (fewer than :math:`(2K+1)^d`, or not oversampled) they are mostly aliasing of the
+one mesh, which training fits and no other mesh reproduces. Choose ``modes`` with
+:func:`~geoattn.nn.spectral.resolved_modes` from the nodes per patch of the training mesh; the
+models log a warning once when a patch is under-resolved.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import NamedTuple
 
 import torch
@@ -30,8 +36,10 @@ from torch import nn
 
 from ..mesh.partition import Partition, partition as make_partition
 from ..nn.patch_attention import PatchAttention, PatchCrossAttention
-from ..nn.spectral import PatchSpectralIntegral, SpectralIntegral, SpectralSmoothing
+from ..nn.spectral import PatchSpectralIntegral, SpectralIntegral, SpectralSmoothing, resolved_modes
 from .encoder import EncoderBlock, EncoderOperator, PointwiseMLP
+
+logger = logging.getLogger(__name__)
 
 
 class PatchIndex(NamedTuple):
@@ -153,6 +161,8 @@ class PatchedOperator(EncoderOperator):
             raise ValueError("smoothing_eps needs final_modes (the modes the smoothing keeps)")
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
         self.num_patches, self.partition_method, self.decoder = num_patches, partition_method, decoder
+        self.modes = modes
+        self._warned_resolution = False
         if self.spectral_lift:
             self.lift = PatchMixer(PatchSpectralIntegral(in_channels + dim, width, modes, dim))
         else:
@@ -197,6 +207,26 @@ class PatchedOperator(EncoderOperator):
                 length[g] = part.length
         return PatchIndex(patch, length, batch, num_patches.pop())
 
+    def check_resolution(self, index: PatchIndex) -> bool:
+        """Whether every non-empty patch of ``index`` resolves the model's modes
+        (:func:`~geoattn.nn.spectral.resolved_modes` of its node count is at least ``modes``);
+        logs a warning, once per model, when one does not."""
+        segment = index.patch if index.batch is None else index.batch * index.num_patches + index.patch
+        counts = torch.bincount(segment)
+        counts = counts[counts > 0]
+        fewest = int(counts.min())
+        need = max([self.modes] if isinstance(self.modes, int) else self.modes)
+        ok = resolved_modes(fewest, self.dim) >= need
+        if not ok and not self._warned_resolution:
+            self._warned_resolution = True
+            logger.warning(
+                "%s: a patch holds only %d nodes (median %d), too few to resolve modes=%s "
+                "(resolved_modes gives %d); the patch Fourier coefficients are aliased on this "
+                "mesh and a trained model will not transfer to other meshes: use fewer modes or "
+                "fewer patches", type(self).__name__, fewest, int(counts.median()), self.modes,
+                resolved_modes(fewest, self.dim))
+        return ok
+
     def encode(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
                index: PatchIndex) -> torch.Tensor:
         """The encoder features ``[N, width]`` on the input mesh with patches ``index``."""
@@ -214,6 +244,7 @@ class PatchedOperator(EncoderOperator):
         self.check_inputs(x, pos)
         parts = self.partitions(pos, weight, batch, partition)
         index = self.patch_index(pos, batch, parts)
+        self.check_resolution(index)
         h = self.encode(x, pos, weight, index)
         if self.decoder == "pointwise":
             if pos_query is not None:
@@ -239,7 +270,7 @@ class PatchedOperator(EncoderOperator):
         return z
 
 
-_ARGS = """
+_ARGS = r"""
     Args:
         in_channels: input function channels ``C_in``.
         out_channels: output function channels ``C_out``.
@@ -249,7 +280,9 @@ _ARGS = """
         heads: attention heads (default ``4``).
         ff_mult: feed-forward hidden size as a multiple of ``width`` (default ``2``).
         num_patches: patches per graph when no partition is passed (default ``16``).
-        modes: Fourier modes :math:`K` per dimension on the reference patch (default ``4``).
+        modes: Fourier modes :math:`K` per dimension on the reference patch (default ``4``, which
+            needs about :math:`(2(2K+1))^d = 324` nodes per patch in 2D: see
+            :func:`~geoattn.nn.spectral.resolved_modes`).
         partition_method: ``"rcb"`` (default) or ``"metis"``, for partitions made on the fly.
         final_modes: modes of the residual spectral layer :math:`z + W_S z` on the whole domain
             (default ``None``: no such layer).

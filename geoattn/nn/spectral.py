@@ -45,6 +45,7 @@ __all__ = [
     "fourier_modes",
     "hermitian_part",
     "patch_frame",
+    "resolved_modes",
 ]
 
 
@@ -62,6 +63,35 @@ def fourier_modes(modes: int | Sequence[int], dim: int, device=None) -> torch.Te
         raise ValueError(f"modes must be one non-negative int or {dim} of them, got {modes!r}")
     grid = list(itertools.product(*[range(-k, k + 1) for k in ks]))
     return torch.tensor(grid, dtype=torch.long, device=device)  # (M, d)
+
+
+def resolved_modes(num_nodes: float, dim: int, oversampling: float = 2.0) -> int:
+    r"""The largest :math:`K` whose modes a quadrature over ``num_nodes`` nodes resolves.
+
+    A box seen through :math:`n` nodes has about :math:`n^{1/d}` of them across each direction,
+    and the :math:`2K + 1` modes per direction need at least as many samples to be told apart:
+    with fewer nodes than modes, :math:`n < (2K+1)^d`, the quadrature coefficients of one mesh
+    are linearly dependent, and a trained operator can rely on relations between them that no
+    other mesh satisfies. With ``oversampling`` :math:`s` samples per mode and direction,
+
+    .. math::
+        K = \max\Big(0,\ \Big\lfloor \frac{n^{1/d} / s - 1}{2} \Big\rfloor\Big),
+        \qquad \text{the largest } K \text{ with } \big(s\,(2K+1)\big)^d \le n.
+
+    Use it to choose the ``modes`` of a patch layer from the nodes per patch of the coarsest mesh
+    it will see (``N / P`` for :math:`P` equal-weight patches), or of a global spectral layer from
+    the nodes of the mesh.
+
+    Args:
+        num_nodes: nodes :math:`n` in the box (a patch or the whole domain).
+        dim: spatial dimension :math:`d`.
+        oversampling: samples per mode and direction :math:`s \ge 1` (default ``2``).
+    """
+    if oversampling < 1:
+        raise ValueError(f"oversampling must be at least 1, got {oversampling}")
+    across = max(float(num_nodes), 0.0) ** (1.0 / dim) / oversampling  # samples per direction / s
+    k = int(math.floor((across - 1.0) / 2.0 + 1e-9))
+    return max(k, 0)
 
 
 class FourierFrame(NamedTuple):
