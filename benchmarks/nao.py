@@ -113,15 +113,24 @@ def radial(args):
               "Discrete-NAO": DiscreteNAO(args.d, u.shape[1], 1, dim=1, dk=args.dk)}
     models["Discrete-NAO"].double().bind_mesh(s0.pos, s0.pos_f)
     kernels = {}
+    held = torch.arange(len(u)) // len(s0.u) == 3  # training task eta = 4, held out to pick the ridge
     for name, model in models.items():
         torch.manual_seed(0)
         model.double()
-        if name == "NAO":  # start from the zero kernel (E_f = 1) instead of a large random one
-            for mixer in (model.mixer_u, model.mixer_f):
-                torch.nn.init.zeros_(mixer.rest[-1].weight)
-                torch.nn.init.zeros_(mixer.rest[-1].bias)
-        fit(model, (u / su, f / sf), mesh, args.epochs, args.lr, args.batch, args.seconds)
         results[name] = {"params": sum(p.numel() for p in model.parameters())}
+        if args.epochs > 0:
+            fit(model, (u / su, f / sf), mesh, args.epochs, args.lr, args.batch, args.seconds)
+        if args.ridge:  # least-squares key map, ridge chosen on a held-out training task
+            score = {}
+            for lam in args.ridge:
+                model.solve_key_(u[~held] / su, f[~held] / sf, *mesh, ridge=lam)
+                with torch.no_grad():
+                    pred = model.forward_dense(u[held] / su, f[held] / sf, *mesh)
+                score[lam] = float(operator_error(pred, f[held] / sf, mesh[3]).mean())
+            best = min(score, key=score.get)
+            model.solve_key_(u / su, f / sf, *mesh, ridge=best)
+            results[name]["ridge"] = {"held_out_E_f": score, "chosen": best}
+            log.info("%s: held-out E_f per ridge %s, chosen %g", name, score, best)
         with torch.no_grad():
             for split, s in tests.items():
                 pred = model.forward_dense(s.u / su, s.f / sf, *mesh) * sf
@@ -241,7 +250,9 @@ def main(argv=None):
     p.add_argument("--dx", type=float, default=0.025)
     p.add_argument("--d", type=int, default=302)
     p.add_argument("--dk", type=int, default=10)
-    p.add_argument("--epochs", type=int, default=400)
+    p.add_argument("--epochs", type=int, default=0, help="Adam epochs before the key solve")
+    p.add_argument("--ridge", type=float, nargs="*", default=[1e-8, 1e-6, 1e-4, 1e-2],
+                   help="ridge values for NAO.solve_key_ (none: Adam only)")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--batch", type=int, default=10)
     p.add_argument("--seconds", type=float, default=100)
