@@ -167,7 +167,7 @@ def test_patch_coefficients_are_aliased_beyond_the_resolved_modes(num_patches):
     patches transferred to its third refinement (9 409 nodes) as reference. Modes up to
     ``resolved_modes(N / P)`` are within 20 % of the reference; modes two rings further are
     wrong by more than 100 % (aliasing): measured 0.04 / 0.13 and 2.2 / 4.2 (|m| = 3, 4) with
-    4 patches of 42 nodes, 0.16 and 2.2-11.6 (|m| >= 2) with 16 patches of 10 nodes."""
+    4 patches of 42 nodes, 0.16 and 2.2-11.7 (|m| >= 2) with 16 patches of 10 nodes."""
     mesh = families.unit_square(12, "irregular", seed=0)
     coarse = from_meshio(mesh, dtype=torch.float64)
     fine = from_meshio(families.refine(mesh, 3), dtype=torch.float64)
