@@ -214,6 +214,8 @@ class PatchedOperator(EncoderOperator):
         segment = index.patch if index.batch is None else index.batch * index.num_patches + index.patch
         counts = torch.bincount(segment)
         counts = counts[counts > 0]
+        if counts.numel() == 0:  # no nodes: nothing to resolve
+            return True
         fewest = int(counts.min())
         need = max([self.modes] if isinstance(self.modes, int) else self.modes)
         ok = resolved_modes(fewest, self.dim) >= need
