@@ -12,7 +12,9 @@ deviation when it fails, so a test is one line:
   changes no output (the quadrature sees the same measure);
 - :func:`refinement_samples` samples one function on uniform refinements of a mesh, and
   :func:`convergence_rate` / :func:`assert_convergence_rate` fit the order :math:`p` of a
-  cross-mesh convergence study, :math:`e(h) \approx C h^p`.
+  cross-mesh convergence study, :math:`e(h) \approx C h^p`;
+- :func:`assert_rejects_mismatched_inputs`: a model refuses coordinates of the wrong dimension
+  and inputs with the wrong number of channels, with its typed errors.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ __all__ = [
     "assert_duplication_invariant",
     "assert_padding_invariant",
     "assert_permutation_equivariant",
+    "assert_rejects_mismatched_inputs",
     "convergence_rate",
     "refinement_samples",
 ]
@@ -147,3 +150,32 @@ def assert_convergence_rate(h: Sequence[float], errors: Sequence[float], expecte
         raise AssertionError(f"convergence rate {rate:.3f}, expected {expected} +- {tol} "
                              f"(h={list(h)}, errors={list(errors)})")
     return rate
+
+
+def assert_rejects_mismatched_inputs(model: torch.nn.Module, num_nodes: int = 5) -> None:
+    """Check that ``model(x, pos, weight)`` rejects a mesh of another dimension and a field with
+    another number of channels than the model was built for (``model.dim``,
+    ``model.in_channels``), raising :class:`~geoattn.errors.DimensionError` and
+    :class:`~geoattn.errors.ChannelError` whose messages name what was expected."""
+    from .errors import ChannelError, DimensionError
+
+    dim, channels = model.dim, model.in_channels
+    p = next(model.parameters())
+
+    def zeros(*shape):
+        return torch.zeros(*shape, dtype=p.dtype, device=p.device)
+
+    weight = zeros(num_nodes) + 1.0 / num_nodes
+    wrong_dim = dim + 1 if dim < 3 else 2
+    try:
+        model(zeros(num_nodes, channels), zeros(num_nodes, wrong_dim), weight)
+    except DimensionError as err:
+        assert f"built for {dim}-D" in str(err), f"DimensionError does not name {dim}-D: {err}"
+    else:
+        raise AssertionError(f"{type(model).__name__} accepted {wrong_dim}-D coordinates")
+    try:
+        model(zeros(num_nodes, channels + 1), zeros(num_nodes, dim), weight)
+    except ChannelError as err:
+        assert f"expects {channels} input channel" in str(err), f"ChannelError does not name {channels}: {err}"
+    else:
+        raise AssertionError(f"{type(model).__name__} accepted {channels + 1} input channels")

@@ -78,3 +78,21 @@ def test_refinement_samples_keep_coarse_nodes_first():
     torch.testing.assert_close(p2[:len(p0)], p0)
     torch.testing.assert_close(x2, p2[:, :1] ** 2)
     torch.testing.assert_close(w2.sum(), torch.tensor(1.0, dtype=torch.float64))
+
+
+class _Unchecked(torch.nn.Module):
+    """Accepts any input: a model that forgot to validate."""
+
+    dim, in_channels = 2, 1
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(1, 1)
+
+    def forward(self, x, pos, weight, batch=None):
+        return x[:, :1]
+
+
+def test_rejects_mismatched_inputs_catches_a_model_that_checks_nothing():
+    with pytest.raises(AssertionError, match="accepted 3-D coordinates"):
+        testing.assert_rejects_mismatched_inputs(_Unchecked())

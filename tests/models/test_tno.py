@@ -63,13 +63,8 @@ def test_batched_equals_separate_and_hparams_rebuild():
     assert torch.equal(again(levels[0].x, levels[0].pos, levels[0].weight), model(levels[0].x, levels[0].pos, levels[0].weight))
 
 
-def test_wrong_inputs_raise_typed_errors():
-    from geoattn.errors import ChannelError, DimensionError
+def test_query_mesh_needs_the_cross_decoder():
     model = _model()
     z = lambda *shape: torch.zeros(*shape, dtype=torch.float64)  # noqa: E731
-    with pytest.raises(DimensionError, match="built for 2-D"):
-        model(z(5, 2), z(5, 3), z(5) + 1)
-    with pytest.raises(ChannelError, match="expects 2 input channel"):
-        model(z(5, 3), z(5, 2), z(5) + 1)
     with pytest.raises(ValueError, match="decoder='cross'"):
         model(z(5, 2), z(5, 2), z(5) + 1, pos_query=z(3, 2))
