@@ -22,7 +22,8 @@ from geoattn.data.nonlocal_kernel import RadialKernelProblem, ood1_kernel, sine_
 from geoattn.eval.nao_metrics import (kernel_error, operator_error, radial_density,
                                       recover_microstructure)
 from geoattn.mesh import families, from_meshio
-from geoattn.models import NAO, DiscreteNAO
+from geoattn.models import NAO
+from geoattn.train import fit_kernel_layer
 
 log = logging.getLogger("benchmarks.nao")
 
@@ -65,16 +66,19 @@ def _errors(K, s):
 
 
 def radial_baselines(train, tests, ridge=1e-4):
-    """Reference numbers that need no training, on the same samples:
+    r"""Reference numbers that need no training, on the same samples:
 
     - ``true``: the true kernel in the model's Riemann sum (the quadrature floor of E_f);
     - ``ridge``: the ridge-regularised kernel of each sample from its own d pairs (App. B.2 of
       the paper with :math:`W = I`);
     - ``fixed``: the best kernel of the model's form :math:`K = U\omega + b` with one
       :math:`(\omega, b)` shared by all samples of a task (least squares per task), i.e. NAO
-      without data-dependent attention.
+      without data-dependent attention;
+    - ``span``: each sample's kernel fitted to its own pairs within the span of the seven training
+      kernels (the best a learned prior of exactly those kernels can do).
     """
     out = {}
+    span = torch.stack([s.kernel for s in train], 1)  # (N, 7)
     for split, s in {"train(eta=1)": train[0], **tests}.items():
         wu = s.weight[None, :, None] * s.u  # (S, N, d)
         A = wu.transpose(1, 2)  # (S, d, N): pred = A K
@@ -86,8 +90,10 @@ def radial_baselines(train, tests, ridge=1e-4):
         Hs, ys = (H / scale).flatten(0, 1), (s.f[:, 0, :, None] / scale).flatten(0, 1)
         c = torch.linalg.lstsq(Hs, ys).solution[:, 0]  # (d+1,)
         Kf = s.u @ c[:-1] + c[-1]  # (S, N)
+        cs = torch.linalg.lstsq(A @ span, s.f[:, 0, :, None]).solution[..., 0]  # (S, 7)
         out[split] = {}
-        for name, K in (("true", s.kernel.expand(len(s.u), -1)), ("ridge", Kr), ("fixed", Kf)):
+        for name, K in (("true", s.kernel.expand(len(s.u), -1)), ("ridge", Kr), ("fixed", Kf),
+                        ("span", cs @ span.T)):
             ef, ek = _errors(K, s)
             out[split][name] = {"E_f": float(ef.mean()), "E_K": float(ek.mean())}
     log.info("baselines: %s", out)
@@ -102,6 +108,7 @@ def radial(args):
     mesh = (s0.pos[None], s0.weight[None], s0.pos_f[None], s0.weight_f[None])
     u = torch.cat([s.u for s in train])
     f = torch.cat([s.f for s in train])
+    systems = torch.repeat_interleave(torch.arange(len(train)), len(s0.u))
     # one global scale per field, as the authors' Gaussian normaliser (no mean shift: the model
     # is linear in g[u]); the learned kernel is mapped back with f_scale / u_scale
     su, sf = float(u.std()), float(f.std())
@@ -109,52 +116,57 @@ def radial(args):
              len(u), u.shape[1], args.d, su, sf)
     results = {"setting": vars(args), "train_samples": len(u), "tokens": u.shape[1],
                "baselines": radial_baselines(train, tests)}
-    models = {"NAO": NAO(args.d, dim=1, dk=args.dk, coord_scale=prob.delta),
-              "Discrete-NAO": DiscreteNAO(args.d, u.shape[1], 1, dim=1, dk=args.dk)}
-    models["Discrete-NAO"].double().bind_mesh(s0.pos, s0.pos_f)
+    meshes = {split: mesh for split in ("train", *tests)}
+    if args.test_dx:  # the trained model on the test kernels at another resolution
+        other = RadialKernelProblem(dx=args.test_dx, x_spacing=prob.x_spacing)  # same features
+        for split, kern in (("ID", sine_kernel(5.0)), ("OOD1", ood1_kernel)):
+            s = other.samples(kern, args.d)
+            tests[f"{split} at dx={args.test_dx:g}"] = s
+            meshes[f"{split} at dx={args.test_dx:g}"] = (s.pos[None], s.weight[None],
+                                                          s.pos_f[None], s.weight_f[None])
     kernels = {}
-    held = torch.arange(len(u)) // len(s0.u) == 3  # training task eta = 4, held out to pick the ridge
-    for name, model in models.items():
+    for mu in args.consistency:
+        name = f"NAO (consistency {mu:g})"
         torch.manual_seed(0)
-        model.double()
-        results[name] = {"params": sum(p.numel() for p in model.parameters())}
-        if args.epochs > 0:
-            fit(model, (u / su, f / sf), mesh, args.epochs, args.lr, args.batch, args.seconds)
-        if args.ridge:  # least-squares key map, ridge chosen on a held-out training task
-            score = {}
-            for lam in args.ridge:
-                model.solve_key_(u[~held] / su, f[~held] / sf, *mesh, ridge=lam)
-                with torch.no_grad():
-                    pred = model.forward_dense(u[held] / su, f[held] / sf, *mesh)
-                score[lam] = float(operator_error(pred, f[held] / sf, mesh[3]).mean())
-            best = min(score, key=score.get)
-            model.solve_key_(u / su, f / sf, *mesh, ridge=best)
-            results[name]["ridge"] = {"held_out_E_f": score, "chosen": best}
-            log.info("%s: held-out E_f per ridge %s, chosen %g", name, score, best)
+        model = NAO(args.d, dim=1, dk=args.dk, layers=args.layers, coord_scale=prob.delta).double()
+        # the f-token carries the system; an untrained random W^{P,u} would only add a
+        # resolution-dependent quadrature of the loadings to the queries
+        model.mixer_u.zero_()
+        start = time.time()
+        fit = fit_kernel_layer(model, u / su, f / sf, *mesh, systems=systems, consistency=mu,
+                               ridge=args.ridge, sweeps=args.sweeps, progress=True)
+        results[name] = {"params": sum(p.numel() for p in model.parameters()),
+                         "seconds": time.time() - start, "objective": fit.history}
         with torch.no_grad():
-            for split, s in tests.items():
-                pred = model.forward_dense(s.u / su, s.f / sf, *mesh) * sf
-                K = model.kernel_dense(s.u / su, s.f / sf, *mesh)[:, 0] * (sf / su)  # (S, N)
-                ef = operator_error(pred, s.f, mesh[3]).mean()
-                ek = kernel_error(K[:, None], s.kernel[None, None], s.weight_f[None],
-                                  s.weight[None], radial_density(s.u)).mean()
-                results[name][split] = {"E_f": float(ef), "E_K": float(ek)}
-                kernels[(name, split)] = K.mean(0).numpy()
-        log.info("%s: %s", name, results[name])
+            for split, s in {"train": None, **tests}.items():
+                su_, sf_ = (u, f) if s is None else (s.u, s.f)
+                m = meshes[split]
+                pred = model.forward_dense(su_ / su, sf_ / sf, *m) * sf
+                K = model.kernel_dense(su_ / su, sf_ / sf, *m)[:, 0] * (sf / su)  # (S, N)
+                truth = (torch.stack([t.kernel for t in train])[systems] if s is None
+                         else s.kernel.expand(len(K), -1))
+                ef = operator_error(pred, sf_, m[3])
+                ek = kernel_error(K[:, None], truth[:, None], m[3], m[1], radial_density(su_))
+                results[name][split] = {"E_f": float(ef.mean()), "E_K": float(ek.mean()),
+                                        "E_K_range": [float(ek.min()), float(ek.max())]}
+                if s is not None:
+                    kernels[(name, split)] = K[0].numpy()  # the first test sample's kernel
+        log.info("%s: %s", name, {k: v for k, v in results[name].items() if k != "objective"})
     if args.figures:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         fig, axes = plt.subplots(1, 2, figsize=(8, 3))
         r = s0.pos[:, 0].numpy()
-        for ax, split in zip(axes, tests):
-            ax.plot(r, tests[split].kernel.numpy(), "k-", label="true")
-            for name in models:
-                ax.plot(r, kernels[(name, split)], label=name, lw=1)
-            ax.set_xlim(0, 4)
-            ax.set_title(f"{split} kernel")
+        for ax, split in zip(axes, ("ID", "OOD1")):
+            ax.plot(r, tests[split].kernel.numpy(), "k-", label="true", lw=2)
+            for (name, sp), K in kernels.items():
+                if sp == split:
+                    ax.plot(r, K, label=name, lw=1)
+            ax.set_xlim(0, 2.5)
+            ax.set_title(f"{split} kernel from one sample's {args.d} pairs")
             ax.set_xlabel("r")
-        axes[0].legend()
+        axes[0].legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(f"{args.figures}/nao_radial_kernels.png", dpi=80)
     return results
@@ -179,19 +191,29 @@ def darcy(args):
                 idx = rng.permutation(args.sources)[:args.d]
                 u.append(torch.as_tensor(t.g[:, idx] / gs, dtype=torch.float32))
                 f.append(torch.as_tensor(t.p[:, idx] / ps, dtype=torch.float32))
-        return torch.stack(u), torch.stack(f)
+        return torch.stack(u), torch.stack(f)  # (len(task_list) * perms, N, d) each
 
     def mesh_of(k):
         g = geo[k]
         return (g.pos[None], g.weight[None], g.pos[None], g.weight[None])
 
     u, f = systems(tr, args.perms)
-    log.info("darcy: %d training systems of d=%d on %d nodes", len(u), args.d, u.shape[1])
+    # in-context E_f asks the kernel map to undo the Gram matrix of the system's own sources
+    w0 = geo["train"].weight.double()
+    gram = torch.linalg.eigvalsh(torch.einsum("bnj,n,bnk->bjk", u.double(), w0, u.double()))
+    cond = float((gram[:, -1] / gram[:, 0]).median())
+    log.info("darcy: %d training systems of d=%d on %d nodes, median Gram condition number %.3g",
+             len(u), args.d, u.shape[1], cond)
     torch.manual_seed(0)
-    model = NAO(args.d, dim=2, dk=args.dk)
-    fit(model, (u, f), mesh_of("train"), args.epochs, args.lr, args.batch, args.seconds, 1e-6)
+    model = NAO(args.d, dim=2, dk=args.dk, layers=args.layers)
+    if args.epochs > 0:
+        fit(model, (u, f), mesh_of("train"), args.epochs, args.lr, args.batch, args.seconds, 1e-6)
+    if args.sweeps > 0:  # least-squares kernel layer; systems = microstructures
+        fit_kernel_layer(model, u, f, *mesh_of("train"), consistency=args.consistency,
+                         systems=torch.arange(len(tr)).repeat_interleave(args.perms),
+                         ridge=1e-6, sweeps=args.sweeps, progress=True)
     results = {"setting": vars(args), "params": sum(p.numel() for p in model.parameters()),
-               "train_systems": len(u)}
+               "train_systems": len(u), "gram_condition": cond}
     with torch.no_grad():
         for k in meshes:
             tu, tf = systems(data[k][args.tasks:], 2)
@@ -250,12 +272,13 @@ def main(argv=None):
     p.add_argument("--dx", type=float, default=0.025)
     p.add_argument("--d", type=int, default=302)
     p.add_argument("--dk", type=int, default=10)
-    p.add_argument("--epochs", type=int, default=0, help="Adam epochs before the key solve")
-    p.add_argument("--ridge", type=float, nargs="*", default=[1e-8, 1e-6, 1e-4, 1e-2],
-                   help="ridge values for NAO.solve_key_ (none: Adam only)")
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--batch", type=int, default=10)
-    p.add_argument("--seconds", type=float, default=100)
+    p.add_argument("--layers", type=int, default=1)
+    p.add_argument("--sweeps", type=int, default=24, help="least-squares sweeps")
+    p.add_argument("--ridge", type=float, default=1e-6)
+    p.add_argument("--test-dx", type=float, default=None,
+                   help="also evaluate the trained models at this resolution")
+    p.add_argument("--consistency", type=float, nargs="+", default=[0.0, 1.0],
+                   help="weights of the kernel-consistency term, one model each")
     q = sub.add_parser("darcy")
     q.add_argument("--n", type=int, default=16)
     q.add_argument("--tasks", type=int, default=30)
@@ -269,6 +292,10 @@ def main(argv=None):
     q.add_argument("--batch", type=int, default=20)
     q.add_argument("--seconds", type=float, default=150)
     q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--layers", type=int, default=2)
+    q.add_argument("--sweeps", type=int, default=0,
+                   help="least-squares sweeps of the kernel layer after Adam")
+    q.add_argument("--consistency", type=float, default=1.0)
     for s in (p, q):
         s.add_argument("--out", default=None)
         s.add_argument("--figures", default=None)

@@ -18,7 +18,8 @@ Tokens (eq. (20)): the u-mesh is the r-grid :math:`r_k = k\,\Delta r`, :math:`k 
 :math:`N = \lfloor \delta/\Delta r \rfloor`, with weights :math:`\Delta r`; the features are
 :math:`d` sample points :math:`x_j` (each "pair" is :math:`(g[u](\cdot, x_j), f(x_j))`); the f-mesh
 is a single point (coordinate 0, weight 1). The pairs of a task are all
-:math:`(u_i, x_j)` with :math:`|x_j| \le \pi + \delta` on the grid of spacing :math:`\Delta x`,
+:math:`(u_i, x_j)` with :math:`|x_j| \le \pi + \delta` on a grid of spacing :math:`\Delta x`
+(by default :math:`\Delta r`),
 and sample :math:`s` of :math:`S = \lfloor P/d \rfloor` takes pairs :math:`s, s+S, \dots` (strided
 subsampling, as the authors' code).
 """
@@ -96,17 +97,23 @@ class RadialKernelProblem:
     """The radial kernel problem at one resolution :math:`\\Delta x = \\Delta r`.
 
     Args:
-        dx (float, optional): grid spacing of both :math:`x` and :math:`r`. (default: ``0.0125``,
-            the paper's)
+        dx (float, optional): spacing :math:`\\Delta r` of the r-grid (the mesh of the
+            tokens). (default: ``0.0125``, the paper's)
         delta (float, optional): horizon :math:`\\delta`. (default: ``11.0``)
         loadings (sequence, optional): the functions :math:`u_i`. (default: :data:`LOADINGS`)
+        x_spacing (float, optional): spacing of the sample points :math:`x_j` (the features).
+            (default: ``dx``, as the paper). Keep it fixed to compare resolutions: the features
+            of sample :math:`s` are then the same points on every r-grid, and only the mesh of
+            the tokens changes.
     """
 
-    def __init__(self, dx: float = 0.0125, delta: float = DELTA, loadings: Sequence = LOADINGS):
+    def __init__(self, dx: float = 0.0125, delta: float = DELTA, loadings: Sequence = LOADINGS,
+                 x_spacing: float | None = None):
         self.dx, self.delta, self.loadings = float(dx), float(delta), tuple(loadings)
+        self.x_spacing = self.dx if x_spacing is None else float(x_spacing)
         self.r = self.dx * np.arange(1, int(math.floor(delta / dx + 1e-9)) + 1)  # (N,)
-        half = int(math.floor((np.pi + delta) / dx))
-        self.x = self.dx * np.arange(-half, half + 1)  # points where f can be nonzero
+        half = int(math.floor((np.pi + delta) / self.x_spacing))
+        self.x = self.x_spacing * np.arange(-half, half + 1)  # points where f can be nonzero
 
     def pairs(self, kernel: Callable) -> tuple[np.ndarray, np.ndarray]:
         """All pairs of a task: loadings ``[N, P]`` on the r-grid and responses ``[P]``."""

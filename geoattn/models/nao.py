@@ -16,14 +16,10 @@ Decisions taken where the paper (Yu et al., NeurIPS 2024) is ambiguous, all docu
   one point, so :math:`W^{P,u}` becomes a function of :math:`z` and :math:`W^{P,f}` a scalar.
 - No normalisation layers (the authors' LayerNorm over the :math:`2N \times d` slab has
   resolution-dependent parameters); permutation invariance over pairs is not built in.
-- Training. The prediction is linear in the kernel layer's key map
-  :math:`(W^K_L, b^K_L)`, with the Gram matrices :math:`U^\top \mathrm{diag}(w)\, g[u]` of the
-  loadings as design matrix. Their eigenvalues spread over many decades (neighbouring pairs have
-  nearly equal loadings), so first-order training of that map is extremely slow, and starting the
-  kernel network at zero makes every other gradient vanish (the kernel is a product of the
-  mixer, the queries and the keys). :meth:`NAO.solve_key_` therefore sets the key map to its
-  ridge-regularised least-squares optimum given all other parameters (variable projection); it
-  is a training aid and changes nothing in the model's formula.
+- Training. The prediction is bilinear in the kernel layer's query and key maps, through the
+  Gram matrices of the loadings, whose eigenvalues spread over many decades; first-order
+  training of those maps is extremely slow. :func:`geoattn.train.fit_kernel_layer` solves them
+  by alternating least squares instead (a training aid; the model's formula is unchanged).
 """
 
 from __future__ import annotations
@@ -57,6 +53,13 @@ class KernelNetwork(nn.Module):
         self.first_z = nn.Linear(dim, hidden[0], bias=False)
         self.rest = nn.Sequential(nn.LeakyReLU(), nn.Linear(hidden[0], hidden[1]), nn.LeakyReLU(),
                                   nn.Linear(hidden[1], 1))
+
+    @torch.no_grad()
+    def zero_(self) -> KernelNetwork:
+        """Make the network the zero function (its last layer zero); returns ``self``."""
+        nn.init.zeros_(self.rest[-1].weight)
+        nn.init.zeros_(self.rest[-1].bias)
+        return self
 
     def forward(self, pos_x: torch.Tensor, pos_z: torch.Tensor) -> torch.Tensor:
         # the first layer is linear, so Linear([x, z]) = Ax + Bz + b is evaluated per side
@@ -141,70 +144,21 @@ class NAO(NeuralOperator, name="nao"):
         Returns:
             ``P [B, Nf, dk]`` and ``k_U [B, N, dk]``.
         """
-        U, P = self._query_side(u, f, pos, weight, pos_f, weight_f)
-        return P, self.kernel_attention.key(U)  # (B, Nf, dk), (B, N, dk)
-
-    def _query_side(self, u, f, pos, weight, pos_f, weight_f) -> tuple[torch.Tensor, torch.Tensor]:
-        """The layer-:math:`(L-1)` u-tokens ``U [B, N, d]`` and the factor ``P [B, Nf, dk]``."""
-        x, w = join_tokens(u, f, weight, weight_f)  # (B, N+Nf, d), (B, N+Nf)
-        for block in self.blocks:
-            x = block.forward_dense(x, w)
-        U, F = split_tokens(x, u.shape[1])
+        U, F = self.hidden_tokens(u, f, weight, weight_f)
         qu, _ = self.kernel_attention.project(U)  # (B, N, dk)
         qf, _ = self.kernel_attention.project(F)  # (B, Nf, dk)
         wpu, wpf = self.mixers(pos, pos_f)  # (G, Nf, N), (G, Nf, Nf)
         P = (wpu @ (weight.to(u.dtype)[..., None] * qu)
              + wpf @ (weight_f.to(u.dtype)[..., None] * qf))  # (B, Nf, dk)
-        return U, P
+        return P, self.kernel_attention.key(U)  # (B, Nf, dk), (B, N, dk)
 
-    @torch.no_grad()
-    def solve_key_(self, u, f, pos, weight, pos_f=None, weight_f=None,
-                   ridge: float = 1e-6) -> torch.Tensor:
-        r"""Set the kernel layer's key map to its least-squares optimum given all other
-        parameters, on padded tensors (arguments as in :meth:`factors_dense`).
-
-        With :math:`\tilde U_s = [U_s, 1]` (the layer-:math:`(L-1)` u-tokens and, with a key
-        bias, a column of ones) and :math:`\tilde W = [W^K_L; b^K_L] \in \mathbb{R}^{(d+1) \times
-        d_k}`, the prediction of system :math:`s` is
-        :math:`\tilde f_s = P_s \tilde W^\top M_s` with :math:`M_s = \tilde U_s^\top
-        \mathrm{diag}(w)\, g_s`, linear in :math:`\tilde W`. This method minimises
-
-        .. math::
-            \sum_s \frac{\| P_s \tilde W^\top M_s - f_s \|_{w_f}^2}{\| f_s \|_{w_f}^2}
-            + \lambda \|\tilde W\|_F^2
-
-        through its normal equations :math:`\sum_s c_s (M_s M_s^\top) \tilde W (P_s^\top
-        \mathrm{diag}(w_f) P_s) + \lambda \tilde W = \sum_s c_s M_s f_s^\top
-        \mathrm{diag}(w_f) P_s`, :math:`c_s = 1/\|f_s\|_{w_f}^2`.
-
-        Args:
-            ridge (float, optional): :math:`\lambda`. (default: ``1e-6``)
-
-        Returns:
-            the minimised objective (a scalar tensor).
-        """
-        pos_f, weight_f = (pos, weight) if pos_f is None else (pos_f, weight_f)
-        U, P = self._query_side(u, f, pos, weight, pos_f, weight_f)
-        B, N, d = U.shape
-        wu = weight.expand(B, -1).to(u.dtype)  # (B, N)
-        wf = weight_f.expand(B, -1).to(u.dtype)  # (B, Nf)
-        key = self.kernel_attention.key
-        ones = [U.new_ones(B, N, 1)] if key.bias is not None else []
-        Ut = torch.cat([U, *ones], dim=2)  # (B, N, d+1), or (B, N, d) without a key bias
-        m = Ut.shape[2]
-        M = torch.einsum("bnm,bn,bnj->bmj", Ut, wu, u)  # (B, d+1, d)
-        c = 1.0 / torch.einsum("bi,bij->b", wf, f * f).clamp_min(torch.finfo(u.dtype).tiny)  # (B,)
-        PwP = torch.einsum("bil,bi,bik->blk", P, wf, P)  # (B, dk, dk)
-        MM = M @ M.transpose(1, 2)  # (B, d+1, d+1)
-        H = torch.einsum("b,bmn,blk->mlnk", c, MM, PwP).reshape(m * self.dk, -1)  # (m dk, m dk)
-        rhs = torch.einsum("b,bmj,bij,bi,bil->ml", c, M, f, wf, P).reshape(-1)  # (m dk,)
-        H.diagonal().add_(ridge)
-        Wt = torch.linalg.solve(H, rhs).reshape(m, self.dk)  # (m, dk)
-        key.weight.copy_(Wt[:d].T)
-        if key.bias is not None:
-            key.bias.copy_(Wt[d])
-        pred = self.forward_dense(u, f, pos, weight, pos_f, weight_f)
-        return torch.einsum("b,bi,bij->", c, wf, (pred - f) ** 2) + ridge * Wt.pow(2).sum()
+    def hidden_tokens(self, u, f, weight, weight_f) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer-:math:`(L-1)` tokens ``(U [B, N, d], F [B, Nf, d])`` that enter the kernel
+        layer, on padded tensors."""
+        x, w = join_tokens(u, f, weight, weight_f)  # (B, N+Nf, d), (B, N+Nf)
+        for block in self.blocks:
+            x = block.forward_dense(x, w)
+        return split_tokens(x, u.shape[1])
 
     def forward_dense(self, u, f, pos, weight, pos_f=None, weight_f=None) -> torch.Tensor:
         """Prediction ``[B, Nf, d]`` on padded tensors (see :meth:`factors_dense`)."""

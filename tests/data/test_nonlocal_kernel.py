@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import torch
 from scipy.integrate import quad
 
 from geoattn.data.nonlocal_kernel import (LOADINGS, RadialKernelProblem, loading, ood1_kernel,
@@ -35,3 +36,15 @@ def test_samples_are_strided_pairs_and_the_model_riemann_sum_approximates_f():
     fine = RadialKernelProblem(dx=0.0125).samples(sine_kernel(5.0), d=100)
     err_fine = ((fine.weight * fine.kernel) @ fine.u - fine.f[:, 0]).norm() / fine.f.norm()
     assert err_fine < err / 2  # first order (jumps of u): the error falls with dx
+
+
+def test_fixed_x_spacing_gives_the_same_features_on_every_r_grid():
+    """With x_spacing fixed, sample s has the same points x_j (so the same responses) at every
+    resolution, and its loadings agree wherever the r-grids share nodes."""
+    coarse = RadialKernelProblem(dx=0.1, x_spacing=0.05).samples(sine_kernel(3.0), 40)
+    fine = RadialKernelProblem(dx=0.05, x_spacing=0.05).samples(sine_kernel(3.0), 40)
+    assert coarse.u.shape[1] * 2 == fine.u.shape[1] and coarse.u.shape[0] == fine.u.shape[0]
+    torch.testing.assert_close(coarse.f, fine.f, rtol=0, atol=0)
+    torch.testing.assert_close(coarse.u, fine.u[:, 1::2], rtol=0, atol=1e-15)
+    default = RadialKernelProblem(dx=0.1).samples(sine_kernel(3.0), 40)  # x-grid follows dx
+    assert default.f.shape[0] != fine.f.shape[0]

@@ -142,35 +142,9 @@ def _example(name):
 
 
 def test_examples_run_and_transfer_across_meshes():
-    e_f, e_k = _example("nao_kernel_1d").main(dx=0.2, d=20, epochs=2)
-    assert math.isfinite(e_f) and math.isfinite(e_k)  # smoke run: two epochs learn nothing yet
+    errors = _example("nao_kernel_1d").main(dx=0.1, d=50, sweeps=2)  # smoke run, coarse
+    assert set(errors) == {0.0, 1.0} and all(map(math.isfinite, sum(errors.values(), ())))
     errors = _example("nao_darcy").main(n=6, tasks=2, d=6, epochs=2)
     assert set(errors) == {"train", "refined"}
     # an untrained NAO predicts ~0; the relative error is then ~1 on both meshes, never blows up
     assert all(0 < e < 1.5 for e in errors.values())
-
-
-@pytest.mark.parametrize("bias", [True, False])
-def test_solve_key_is_the_ridge_least_squares_optimum(bias):
-    """After solve_key_, the gradient of sum_s ||f~_s - f_s||^2_wf / ||f_s||^2_wf + lam ||W||^2
-    w.r.t. the key map vanishes (the objective is convex quadratic in it), the returned value is
-    that objective, and no other parameter moved."""
-    torch.manual_seed(2)
-    model = NAO(pairs=4, dim=2, dk=3, layers=2, bias=bias).double()
-    s = [_system(9, 5, seed=k) for k in (3, 4, 5)]
-    u, f = torch.stack([t[0] for t in s]), torch.stack([t[1] for t in s])  # (3, 9, 4), (3, 5, 4)
-    mesh = tuple(t[None] for t in s[0][2:])  # one mesh shared by the three systems
-    before = {n: p.clone() for n, p in model.named_parameters() if not n.startswith("kernel_attention.key")}
-    lam = 1e-3
-    value = model.solve_key_(u, f, *mesh, ridge=lam)
-    key = list(model.kernel_attention.key.parameters())
-    c = 1 / torch.einsum("bi,bij->b", mesh[3].expand(3, -1), f * f)
-    pred = model.forward_dense(u, f, *mesh)
-    obj = (torch.einsum("b,bi,bij->", c, mesh[3].expand(3, -1), (pred - f) ** 2)
-           + lam * sum(p.pow(2).sum() for p in key))
-    torch.testing.assert_close(value, obj.detach(), atol=1e-12, rtol=1e-10)
-    grads = torch.autograd.grad(obj, key)
-    assert max(float(gr.abs().max()) for gr in grads) < 1e-9 * obj.item()
-    for n, p in model.named_parameters():
-        if n in before:
-            assert torch.equal(p, before[n]), n

@@ -1,0 +1,204 @@
+r"""Training NAO's kernel layer by alternating least squares, with a kernel-consistency term.
+
+The prediction of :class:`~geoattn.models.NAO` for system :math:`s` is
+
+.. math::
+    \tilde f_s = C_s \tilde W^Q \,(\tilde W^K)^\top M_s, \qquad
+    C_s = \big(W^{P,u} \mathrm{diag}(w)\, \tilde U_s + W^{P,f} \mathrm{diag}(w_f)\, \tilde F_s\big)
+          / \sqrt{d_k}, \quad M_s = \tilde U_s^\top \mathrm{diag}(w)\, g_s,
+
+where :math:`\tilde U_s = [U_s, 1]`, :math:`\tilde F_s = [F_s, 1]` are the layer-:math:`(L-1)`
+tokens (with a column of ones when the maps have biases) and :math:`\tilde W = [W; b]`. It is
+linear in the query map :math:`\tilde W^Q` for a fixed key map and vice versa, and so is the
+kernel :math:`K_s = C_s \tilde W^Q (\tilde W^K)^\top \tilde U_s^\top`. Each sweep of
+:func:`fit_kernel_layer` minimises exactly, one map at a time, the objective
+
+.. math::
+    J = \sum_s \frac{\|\tilde f_s - f_s\|^2_{w_f}}{\|f_s\|^2_{w_f}}
+      + \mu \sum_s \frac{\|K_s - T_{\sigma(s)}\|^2_{w_f \otimes w}}{\|T_{\sigma(s)}\|^2_{w_f \otimes w}}
+      + \lambda \big(\|\tilde W^Q\|_F^2 + \|\tilde W^K\|_F^2\big),
+
+then sets each system's target :math:`T_\sigma` to the mean kernel of its samples
+(:math:`\sigma(s)` is the system sample :math:`s` was drawn from).
+
+Why the second term. One sample's :math:`d` pairs rarely determine a kernel: the prediction
+sees the kernel only through the Gram matrix of the loadings, so many kernels fit the pairs
+equally well, and a model trained on the operator error alone fits the quadrature error of its
+Riemann sums with kernels far from the truth. The pairs of *all* samples of one system do
+determine it, and the kernel map is meant to return the system's kernel whichever pairs it is
+given (the paper's argument for permutation augmentation). The term asks exactly that; it uses
+only which system each sample came from, never a true kernel. With :math:`\mu = 0` (or no
+``systems``) the objective is the paper's loss (16) with relative errors and a ridge.
+
+The attention layers before the kernel layer and the kernel networks :math:`W^P` stay as they
+are (the least-squares sweeps do not need them trained; fine-tune them by gradient descent
+afterwards if wanted).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+
+__all__ = ["KernelLayerFit", "fit_kernel_layer", "kernel_layer_objective"]
+
+
+@dataclass
+class KernelLayerFit:
+    """Result of :func:`fit_kernel_layer`: the objective :math:`J` after each sweep, and the
+    system kernels ``targets [num_systems, Nf, N]`` the last sweep was fitted to (``None``
+    without the consistency term or after one sweep)."""
+
+    history: list[float]
+    targets: torch.Tensor | None
+
+
+def _with_ones(x: torch.Tensor, bias: bool) -> torch.Tensor:
+    return torch.cat([x, x.new_ones(*x.shape[:2], 1)], dim=2) if bias else x
+
+
+def _normal_equations(L, R, Y, w, c):
+    r"""Normal matrix ``[p q, p q]`` and right-hand side ``[p q]`` of
+    :math:`\sum_s c_s \|L_s X R_s - Y_s\|^2_{w_s}` over ``X [p, q]`` (rows weighted by ``w``).
+
+    Shapes: ``L [B, n, p]``, ``R [B, q, m]``, ``Y [B, n, m]``, ``w [B, n]``, ``c [B]``.
+    """
+    B, _, p = L.shape
+    q = R.shape[1]
+    Lw = L * w[..., None]
+    A = (c[:, None, None] * (L.transpose(1, 2) @ Lw)).reshape(B, p * p)  # (B, p p)
+    G = (R @ R.transpose(1, 2)).reshape(B, q * q)  # (B, q q)
+    H = (A.T @ G).reshape(p, p, q, q).permute(0, 2, 1, 3).reshape(p * q, p * q)
+    rhs = torch.einsum("b,bpq->pq", c, (Lw.transpose(1, 2) @ Y) @ R.transpose(1, 2))
+    return H, rhs.reshape(-1)
+
+
+def _solve(terms, ridge: float, shape) -> torch.Tensor:
+    """Minimiser ``[p, q]`` of the sum of the least-squares ``terms`` plus ``ridge ||X||^2``."""
+    H, rhs = map(sum, zip(*(_normal_equations(*t) for t in terms)))
+    H.diagonal().add_(ridge)
+    L, info = torch.linalg.cholesky_ex(H)  # H is symmetric positive (semi)definite
+    if int(info) == 0:
+        return torch.cholesky_solve(rhs[:, None], L)[:, 0].reshape(shape)
+    return torch.linalg.lstsq(H, rhs[:, None]).solution[:, 0].reshape(shape)  # singular H
+
+
+def _set_linear(lin: torch.nn.Linear, W: torch.Tensor) -> None:
+    """``lin(x) = [x, 1] @ W``: weight ``W[:in].T``, bias ``W[in]``."""
+    lin.weight.copy_(W[:lin.in_features].T.to(lin.weight.dtype))
+    if lin.bias is not None:
+        lin.bias.copy_(W[lin.in_features].to(lin.bias.dtype))
+
+
+def _system_means(K: torch.Tensor, systems: torch.Tensor) -> torch.Tensor:
+    """Mean of ``K [B, ...]`` over the samples of each system: ``[num_systems, ...]``."""
+    n = int(systems.max()) + 1
+    total = K.new_zeros(n, *K.shape[1:]).index_add_(0, systems, K)
+    count = torch.bincount(systems, minlength=n).to(K.dtype)
+    return total / count.view(-1, *([1] * (K.dim() - 1)))
+
+
+def kernel_layer_objective(model, u, f, pos, weight, pos_f=None, weight_f=None, *,
+                           systems=None, targets=None, consistency: float = 0.0,
+                           ridge: float = 0.0) -> torch.Tensor:
+    r"""The objective :math:`J` of :func:`fit_kernel_layer` (differentiable; arguments as there,
+    ``targets [num_systems, Nf, N]`` the system kernels :math:`T`, by default the current
+    per-system mean kernels, held fixed)."""
+    pos_f, weight_f = (pos, weight) if pos_f is None else (pos_f, weight_f)
+    B = u.shape[0]
+    wu, wf = weight.expand(B, -1).to(u.dtype), weight_f.expand(B, -1).to(u.dtype)
+    pred = model.forward_dense(u, f, pos, weight, pos_f, weight_f)
+    c = 1.0 / torch.einsum("bi,bij->b", wf, f * f)
+    J = torch.einsum("b,bi,bij->", c, wf, (pred - f) ** 2)
+    if systems is not None and consistency > 0:
+        K = model.kernel_dense(u, f, pos, weight, pos_f, weight_f)
+        T = (_system_means(K, systems) if targets is None else targets).detach()[systems]
+        cK = 1.0 / torch.einsum("bi,bin,bn->b", wf, T * T, wu)
+        J = J + consistency * torch.einsum("b,bi,bin,bn->", cK, wf, (K - T) ** 2, wu)
+    ka = model.kernel_attention
+    return J + ridge * sum(p.pow(2).sum() for p in (*ka.query.parameters(), *ka.key.parameters()))
+
+
+@torch.no_grad()
+def fit_kernel_layer(model, u: torch.Tensor, f: torch.Tensor, pos: torch.Tensor,
+                     weight: torch.Tensor, pos_f: torch.Tensor | None = None,
+                     weight_f: torch.Tensor | None = None, *, systems: torch.Tensor | None = None,
+                     consistency: float = 1.0, ridge: float = 1e-6, sweeps: int = 20,
+                     progress: bool = False) -> KernelLayerFit:
+    r"""Fit the query and key maps of ``model.kernel_attention`` by alternating least squares.
+
+    Args:
+        model (NAO): the model; only its kernel layer's query and key maps change.
+        u, f: padded loadings ``[B, N, d]`` and responses ``[B, Nf, d]`` of ``B`` samples.
+        pos, weight: u-mesh ``[G, N, dim]``, ``[G, N]``; pos_f, weight_f: f-mesh (default:
+            the u-mesh), with ``G = 1`` (one mesh for all samples) or ``G = B``.
+        systems (LongTensor, optional): ``[B]``, the system each sample was drawn from
+            (``0 .. S-1``); enables the kernel-consistency term. Needs ``G = 1``.
+        consistency (float, optional): :math:`\mu`. (default: ``1.0``)
+        ridge (float, optional): :math:`\lambda`. (default: ``1e-6``)
+        sweeps (int, optional): query-then-key sweeps. (default: ``20``)
+        progress (bool, optional): show a progress bar. (default: ``False``)
+
+    Returns:
+        :class:`KernelLayerFit`: the objective after each sweep and the last sweep's targets.
+    """
+    pos_f, weight_f = (pos, weight) if pos_f is None else (pos_f, weight_f)
+    B, N, d = u.shape
+    if f.shape[0] != B or f.shape[2] != d:
+        raise ValueError(f"u {tuple(u.shape)} and f {tuple(f.shape)} must have the same samples "
+                         "and pairs")
+    use_targets = systems is not None and consistency > 0
+    if use_targets and (weight.shape[0] != 1 or weight_f.shape[0] != 1):
+        raise ValueError("the kernel-consistency term needs one mesh shared by all samples "
+                         "(pos and weight with leading dimension 1)")
+    if use_targets and systems.shape != (B,):
+        raise ValueError(f"systems must have shape ({B},), got {tuple(systems.shape)}")
+    ka = model.kernel_attention
+    bias, dk = ka.query.bias is not None, ka.dk
+    dt = torch.float64  # the normal equations are badly conditioned: solve in double precision
+    wu = weight.expand(B, -1).to(dt)
+    wf = weight_f.expand(B, -1).to(dt)
+    g, fd = u.to(dt), f.to(dt)
+    c = 1.0 / torch.einsum("bi,bij->b", wf, fd * fd).clamp_min(torch.finfo(dt).tiny)
+    U, F = model.hidden_tokens(u, f, weight, weight_f)
+    Ut, Ft = _with_ones(U.to(dt), bias), _with_ones(F.to(dt), bias)  # (B, N, m), (B, Nf, m)
+    wpu, wpf = (m.to(dt) for m in model.mixers(pos, pos_f))  # (G, Nf, N), (G, Nf, Nf)
+    C = (wpu @ (wu[..., None] * Ut) + wpf @ (wf[..., None] * Ft)) / math.sqrt(dk)  # (B, Nf, m)
+    M = torch.einsum("bnm,bn,bnj->bmj", Ut, wu, g)  # (B, m, d)
+    sw = wu.sqrt()
+    targets, used, history = None, None, []
+    for _ in tqdm(range(sweeps), disable=not progress, desc="kernel layer", unit="sweep"):
+        cK, Tw, used = None, None, targets
+        if targets is not None:
+            T = targets[systems]  # (B, Nf, N)
+            cK = consistency / torch.einsum("bi,bin,bn->b", wf, T * T, wu).clamp_min(
+                torch.finfo(dt).tiny)
+            Tw = T * sw[:, None, :]
+        # query map, X = W~Q [m, dk]: f~ = C X (k_U^T diag(w) g), K = C X k_U^T
+        kU = _with_ones(U.to(dt), bias) @ torch.cat(
+            [ka.key.weight.T, *([ka.key.bias[None]] if bias else [])]).to(dt)  # (B, N, dk)
+        terms = [(C, torch.einsum("bnk,bn,bnj->bkj", kU, wu, g), fd, wf, c)]
+        if cK is not None:
+            terms.append((C, kU.transpose(1, 2) * sw[:, None, :], Tw, wf, cK))
+        Wq = _solve(terms, ridge, (C.shape[2], dk))
+        _set_linear(ka.query, Wq)
+        # key map, X = W~K^T [dk, m]: f~ = P X M, K = P X U~^T
+        P = C @ Wq  # (B, Nf, dk)
+        terms = [(P, M, fd, wf, c)]
+        if cK is not None:
+            terms.append((P, Ut.transpose(1, 2) * sw[:, None, :], Tw, wf, cK))
+        Wk = _solve(terms, ridge, (dk, Ut.shape[2]))
+        _set_linear(ka.key, Wk.T)
+        value = ridge * (Wq.pow(2).sum() + Wk.pow(2).sum())
+        pred = P @ (Wk @ M)  # (B, Nf, d)
+        value += torch.einsum("b,bi,bij->", c, wf, (pred - fd) ** 2)
+        if use_targets:
+            K = P @ (Wk @ Ut.transpose(1, 2))  # (B, Nf, N)
+            if targets is not None:
+                value += torch.einsum("b,bi,bin,bn->", cK, wf, (K - targets[systems]) ** 2, wu)
+            targets = _system_means(K, systems)
+        history.append(float(value))
+    return KernelLayerFit(history, used)
