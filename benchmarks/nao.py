@@ -18,7 +18,8 @@ import torch
 from geoattn.data.darcy import PiecewiseConstant
 from geoattn.data.grf import preset
 from geoattn.data.microstructure import green_kernel, microstructure_tasks
-from geoattn.data.nonlocal_kernel import RadialKernelProblem, ood1_kernel, sine_kernel
+from geoattn.data.nonlocal_kernel import (RadialKernelProblem, diverse_kernels, gaussian_kernel,
+                                          ood1_kernel, sine_kernel)
 from geoattn.eval.nao_metrics import (kernel_error, operator_error, radial_density,
                                       recover_microstructure)
 from geoattn.mesh import families, from_meshio
@@ -74,7 +75,7 @@ def radial_baselines(train, tests, ridge=1e-4):
     - ``fixed``: the best kernel of the model's form :math:`K = U\omega + b` with one
       :math:`(\omega, b)` shared by all samples of a task (least squares per task), i.e. NAO
       without data-dependent attention;
-    - ``span``: each sample's kernel fitted to its own pairs within the span of the seven training
+    - ``span``: each sample's kernel fitted to its own pairs within the span of the training
       kernels (the best a learned prior of exactly those kernels can do).
     """
     out = {}
@@ -102,8 +103,11 @@ def radial_baselines(train, tests, ridge=1e-4):
 
 def radial(args):
     prob = RadialKernelProblem(dx=args.dx)
-    train = [prob.samples(sine_kernel(eta), args.d) for eta in (1, 2, 3, 4, 6, 7, 8)]
-    tests = {"ID": prob.samples(sine_kernel(5.0), args.d), "OOD1": prob.samples(ood1_kernel, args.d)}
+    kernels_train = ([sine_kernel(eta) for eta in (1, 2, 3, 4, 6, 7, 8)] if args.train_set == "sine"
+                     else diverse_kernels())
+    train = [prob.samples(k, args.d) for k in kernels_train]
+    tests = {"ID": prob.samples(sine_kernel(5.0), args.d), "OOD1": prob.samples(ood1_kernel, args.d),
+             "OOD2": prob.samples(gaussian_kernel, args.d)}
     s0 = train[0]
     mesh = (s0.pos[None], s0.weight[None], s0.pos_f[None], s0.weight_f[None])
     u = torch.cat([s.u for s in train])
@@ -119,7 +123,8 @@ def radial(args):
     meshes = {split: mesh for split in ("train", *tests)}
     if args.test_dx:  # the trained model on the test kernels at another resolution
         other = RadialKernelProblem(dx=args.test_dx, x_spacing=prob.x_spacing)  # same features
-        for split, kern in (("ID", sine_kernel(5.0)), ("OOD1", ood1_kernel)):
+        for split, kern in (("ID", sine_kernel(5.0)), ("OOD1", ood1_kernel),
+                            ("OOD2", gaussian_kernel)):
             s = other.samples(kern, args.d)
             tests[f"{split} at dx={args.test_dx:g}"] = s
             meshes[f"{split} at dx={args.test_dx:g}"] = (s.pos[None], s.weight[None],
@@ -156,9 +161,9 @@ def radial(args):
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, axes = plt.subplots(1, 2, figsize=(8, 3))
+        fig, axes = plt.subplots(1, 3, figsize=(12, 3))
         r = s0.pos[:, 0].numpy()
-        for ax, split in zip(axes, ("ID", "OOD1")):
+        for ax, split in zip(axes, ("ID", "OOD1", "OOD2")):
             ax.plot(r, tests[split].kernel.numpy(), "k-", label="true", lw=2)
             for (name, sp), K in kernels.items():
                 if sp == split:
@@ -273,6 +278,8 @@ def main(argv=None):
     p.add_argument("--d", type=int, default=302)
     p.add_argument("--dk", type=int, default=10)
     p.add_argument("--layers", type=int, default=1)
+    p.add_argument("--train-set", choices=("sine", "diverse"), default="sine",
+                   help="the paper's seven sine kernels or its 21 diverse kernels (Table 2)")
     p.add_argument("--sweeps", type=int, default=24, help="least-squares sweeps")
     p.add_argument("--ridge", type=float, default=1e-6)
     p.add_argument("--test-dx", type=float, default=None,

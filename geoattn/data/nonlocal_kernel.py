@@ -33,8 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["RadialKernelProblem", "RadialSamples", "gaussian_kernel", "loading", "ood1_kernel",
-           "sine_kernel", "LOADINGS", "DELTA"]
+__all__ = ["RadialKernelProblem", "RadialSamples", "cosine_kernel", "diverse_kernels",
+           "gaussian_kernel", "loading", "ood1_kernel", "polynomial_kernel", "sine_kernel",
+           "LOADINGS", "DELTA"]
 
 DELTA = 11.0
 _GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(16)
@@ -48,6 +49,29 @@ def sine_kernel(eta: float) -> Callable[[np.ndarray], np.ndarray]:
 def ood1_kernel(r: np.ndarray) -> np.ndarray:
     r""":math:`\gamma(r) = r (11 - r) e^{-5 r} \sin(6 r)\, 1_{[0, 11]}(r)` (eq. (25))."""
     return r * (11 - r) * np.exp(-5 * r) * np.sin(6 * r) * ((r >= 0) & (r <= DELTA))
+
+
+def cosine_kernel(eta: float) -> Callable[[np.ndarray], np.ndarray]:
+    r""":math:`\gamma_\eta(r) = \frac{10 - r}{20} \cos(\eta r)\,(10 - r)\, 1_{[0, 10]}(r)`, the
+    paper's cosine family (Table 2, :math:`\eta = 0, \dots, 6`), with the factor
+    :math:`(10 - r)` appearing twice as printed."""
+    return lambda r: (10 - r) ** 2 / 20 * np.cos(eta * r) * ((r >= 0) & (r <= 10))
+
+
+def polynomial_kernel(eta: int) -> Callable[[np.ndarray], np.ndarray]:
+    r""":math:`\gamma_\eta(r) = e^{-0.1 r} P_\eta((r - 10)/10)\, 1_{[0, 10]}(r)` with the Legendre
+    polynomial :math:`P_\eta`, the paper's polynomial family (Table 2, :math:`\eta = 1, \dots, 7`)."""
+    coef = np.zeros(int(eta) + 1)
+    coef[-1] = 1.0
+    return lambda r: (np.exp(-0.1 * r) * np.polynomial.legendre.legval((r - 10) / 10, coef)
+                      * ((r >= 0) & (r <= 10)))
+
+
+def diverse_kernels() -> list[Callable[[np.ndarray], np.ndarray]]:
+    """The 21 training kernels of the paper's diverse set (Table 2): sine
+    :math:`\eta \in \{1,2,3,4,6,7,8\}`, cosine :math:`\eta = 0..6`, polynomial :math:`\eta = 1..7`."""
+    return ([sine_kernel(e) for e in (1, 2, 3, 4, 6, 7, 8)] + [cosine_kernel(e) for e in range(7)]
+            + [polynomial_kernel(e) for e in range(1, 8)])
 
 
 def gaussian_kernel(r: np.ndarray) -> np.ndarray:

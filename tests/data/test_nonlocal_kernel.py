@@ -3,17 +3,29 @@ import pytest
 import torch
 from scipy.integrate import quad
 
-from geoattn.data.nonlocal_kernel import (LOADINGS, RadialKernelProblem, loading, ood1_kernel,
-                                          response, sine_kernel)
+from geoattn.data.nonlocal_kernel import (LOADINGS, RadialKernelProblem, cosine_kernel,
+                                          diverse_kernels, loading, ood1_kernel,
+                                          polynomial_kernel, response, sine_kernel)
 
 
-@pytest.mark.parametrize("kernel", [sine_kernel(2.0), ood1_kernel])
+@pytest.mark.parametrize("kernel", [sine_kernel(2.0), ood1_kernel, cosine_kernel(3.0),
+                                    polynomial_kernel(4)])
 @pytest.mark.parametrize("u", LOADINGS)
 def test_response_matches_adaptive_quadrature(kernel, u):
     x = np.array([-13.0, -3.5, -1.0, 0.3, 2.9, 7.7])
-    ref = [quad(lambda r: kernel(r) * loading(u, r, xi), 0, 11, points=[abs(xi - np.pi), abs(xi + np.pi)],
+    ref = [quad(lambda r: kernel(r) * loading(u, r, xi), 0, 11,
+                points=[abs(xi - np.pi), abs(xi + np.pi), 10.0],
                 limit=400, epsabs=1e-13, epsrel=1e-12)[0] for xi in x]
     np.testing.assert_allclose(response(kernel, u, x), ref, atol=1e-10)
+
+
+def test_diverse_kernels_are_the_papers_formulas():
+    r = np.array([0.0, 2.5, 9.0, 10.5])
+    t = (r - 10) / 10
+    np.testing.assert_allclose(cosine_kernel(2.0)(r), [5.0, 7.5**2 / 20 * np.cos(5.0), 0.05 * np.cos(18.0), 0])
+    np.testing.assert_allclose(polynomial_kernel(2)(r), np.exp(-0.1 * r) * (3 * t**2 - 1) / 2 * (r <= 10))
+    np.testing.assert_allclose(polynomial_kernel(3)(r), np.exp(-0.1 * r) * (5 * t**3 - 3 * t) / 2 * (r <= 10))
+    assert len(diverse_kernels()) == 21
 
 
 def test_response_of_a_smooth_loading_is_analytic():
