@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from geoattn.data.darcy import PiecewiseConstant
-from geoattn.data.grf import preset
+from geoattn.data.grf import GaussianRandomField, preset
 from geoattn.data.microstructure import green_kernel, microstructure_tasks
 from geoattn.data.nonlocal_kernel import (RadialKernelProblem, diverse_kernels, gaussian_kernel,
                                           ood1_kernel, sine_kernel)
@@ -206,7 +206,9 @@ def darcy(args):
     meshes["refined"] = families.refine(meshes["train"], 1)
     meshes["graded"] = families.unit_square(args.n, kind="graded")
     tasks = range(args.tasks + args.test_tasks)
-    data = {k: microstructure_tasks(m, tasks, args.sources, seed=args.seed) for k, m in meshes.items()}
+    sources = GaussianRandomField(alpha=args.source_alpha, tau=args.source_tau)
+    data = {k: microstructure_tasks(m, tasks, args.sources, seed=args.seed, source_field=sources)
+            for k, m in meshes.items()}
     geo = {k: from_meshio(m, dtype=torch.float32) for k, m in meshes.items()}
     tr = data["train"][:args.tasks]
     gs = float(np.std(np.concatenate([t.g for t in tr])))
@@ -328,6 +330,8 @@ def main(argv=None):
     q.add_argument("--seconds", type=float, default=150)
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--layers", type=int, default=2)
+    q.add_argument("--source-alpha", type=float, default=2.0, help="GRF of the sources")
+    q.add_argument("--source-tau", type=float, default=3.0)
     q.add_argument("--sweeps", type=int, default=0,
                    help="least-squares sweeps of the kernel layer after Adam")
     q.add_argument("--consistency", type=float, default=1.0)
