@@ -178,8 +178,7 @@ def fit_kernel_layer(model, u: torch.Tensor, f: torch.Tensor, pos: torch.Tensor,
                 torch.finfo(dt).tiny)
             Tw = T * sw[:, None, :]
         # query map, X = W~Q [m, dk]: f~ = C X (k_U^T diag(w) g), K = C X k_U^T
-        kU = _with_ones(U.to(dt), bias) @ torch.cat(
-            [ka.key.weight.T, *([ka.key.bias[None]] if bias else [])]).to(dt)  # (B, N, dk)
+        kU = Ut @ torch.cat([ka.key.weight.T, *([ka.key.bias[None]] if bias else [])]).to(dt)
         terms = [(C, torch.einsum("bnk,bn,bnj->bkj", kU, wu, g), fd, wf, c)]
         if cK is not None:
             terms.append((C, kU.transpose(1, 2) * sw[:, None, :], Tw, wf, cK))
