@@ -155,6 +155,9 @@ def radial(args):
                 ek = kernel_error(K[:, None], truth[:, None], m[3], m[1], radial_density(su_))
                 results[name][split] = {"E_f": float(ef.mean()), "E_K": float(ek.mean()),
                                         "E_K_range": [float(ek.min()), float(ek.max())]}
+                if s is None:  # mean E_K of each training system's samples
+                    results[name][split]["E_K_per_system"] = [
+                        float(ek[systems == i].mean()) for i in range(len(train))]
                 if s is not None:
                     kernels[(name, split)] = K[0].numpy()  # the first test sample's kernel
         log.info("%s: %s", name, {k: v for k, v in results[name].items() if k != "objective"})
