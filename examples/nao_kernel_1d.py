@@ -3,7 +3,7 @@
 Trains NAO's kernel layer on the seven sine kernels of the NAO paper's radial problem by
 alternating least squares (:func:`geoattn.train.fit_kernel_layer`), with and without the
 kernel-consistency term, and logs the operator and kernel errors of the in-distribution test
-kernel (eta = 5). Takes about a minute; see ``benchmarks/nao.py radial`` for the full run
+kernel (eta = 5). Takes about 20 s; see ``benchmarks/nao.py radial`` for the full run
 recorded in the docs.
 """
 
