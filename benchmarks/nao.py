@@ -102,6 +102,18 @@ def radial_baselines(train, tests, ridge=1e-4):
     return out
 
 
+def _best_coefficients(model, s, mesh, su, sf):
+    """E_f and E_K of the kernels ``K = B p`` in the span of the trained key features
+    ``B = [U, 1] [W^K; b^K]`` with each sample's coefficients ``p`` fitted to its own pairs:
+    how much of the error is the key basis, and how much the query map's choice of ``p``."""
+    key = model.kernel_attention.key
+    B = key(model.hidden_tokens(s.u / su, s.f / sf, mesh[1], mesh[3])[0]) * (sf / su)  # (S, N, k)
+    A = torch.einsum("snk,n,snd->sdk", B, s.weight, s.u)  # pred = A p
+    p = torch.linalg.lstsq(A, s.f[:, 0, :, None]).solution  # (S, k, 1)
+    ef, ek = _errors((B @ p)[..., 0], s)
+    return {"E_f": float(ef.mean()), "E_K": float(ek.mean())}
+
+
 def radial(args):
     prob = RadialKernelProblem(dx=args.dx)
     kernels_train = ([sine_kernel(eta) for eta in (1, 2, 3, 4, 6, 7, 8)] if args.train_set == "sine"
@@ -160,6 +172,8 @@ def radial(args):
                         float(ek[systems == i].mean()) for i in range(len(train))]
                 if s is not None:
                     kernels[(name, split)] = K[0].numpy()  # the first test sample's kernel
+                    results[name][split]["best_coefficients"] = _best_coefficients(
+                        model, s, m, su, sf)
         log.info("%s: %s", name, {k: v for k, v in results[name].items() if k != "objective"})
     if args.figures:
         import matplotlib
