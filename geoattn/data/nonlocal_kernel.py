@@ -68,7 +68,7 @@ def polynomial_kernel(eta: int) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def diverse_kernels() -> list[Callable[[np.ndarray], np.ndarray]]:
-    """The 21 training kernels of the paper's diverse set (Table 2): sine
+    r"""The 21 training kernels of the paper's diverse set (Table 2): sine
     :math:`\eta \in \{1,2,3,4,6,7,8\}`, cosine :math:`\eta = 0..6`, polynomial :math:`\eta = 1..7`."""
     return ([sine_kernel(e) for e in (1, 2, 3, 4, 6, 7, 8)] + [cosine_kernel(e) for e in range(7)]
             + [polynomial_kernel(e) for e in range(1, 8)])
