@@ -77,8 +77,12 @@ def _normal_equations(L, R, Y, w, c):
 
 
 def _solve(terms, ridge: float, shape) -> torch.Tensor:
-    """Minimiser ``[p, q]`` of the sum of the least-squares ``terms`` plus ``ridge ||X||^2``."""
-    H, rhs = map(sum, zip(*(_normal_equations(*t) for t in terms)))
+    """Minimiser ``[p, q]`` of the sum of the least-squares ``terms`` (an iterable, consumed one
+    term at a time) plus ``ridge ||X||^2``."""
+    H = rhs = 0
+    for term in terms:
+        h, r = _normal_equations(*term)
+        H, rhs = H + h, rhs + r
     H.diagonal().add_(ridge)
     L, info = torch.linalg.cholesky_ex(H)  # H is symmetric positive (semi)definite
     if int(info) == 0:
@@ -127,7 +131,7 @@ def fit_kernel_layer(model, u: torch.Tensor, f: torch.Tensor, pos: torch.Tensor,
                      weight: torch.Tensor, pos_f: torch.Tensor | None = None,
                      weight_f: torch.Tensor | None = None, *, systems: torch.Tensor | None = None,
                      consistency: float = 1.0, ridge: float = 1e-6, sweeps: int = 20,
-                     progress: bool = False) -> KernelLayerFit:
+                     chunk: int = 256, progress: bool = False) -> KernelLayerFit:
     r"""Fit the query and key maps of ``model.kernel_attention`` by alternating least squares.
 
     Args:
@@ -140,6 +144,8 @@ def fit_kernel_layer(model, u: torch.Tensor, f: torch.Tensor, pos: torch.Tensor,
         consistency (float, optional): :math:`\mu`. (default: ``1.0``)
         ridge (float, optional): :math:`\lambda`. (default: ``1e-6``)
         sweeps (int, optional): query-then-key sweeps. (default: ``20``)
+        chunk (int, optional): samples per block when the normal equations and kernels are
+            accumulated; bounds the memory of the ``[chunk, Nf, N]`` kernels. (default: ``256``)
         progress (bool, optional): show a progress bar. (default: ``False``)
 
     Returns:
@@ -150,6 +156,8 @@ def fit_kernel_layer(model, u: torch.Tensor, f: torch.Tensor, pos: torch.Tensor,
     if f.shape[0] != B or f.shape[2] != d:
         raise ValueError(f"u {tuple(u.shape)} and f {tuple(f.shape)} must have the same samples "
                          "and pairs")
+    if chunk < 1:
+        raise ValueError(f"chunk must be a positive number of samples, got {chunk}")
     use_targets = systems is not None and consistency > 0
     if use_targets and (weight.shape[0] != 1 or weight_f.shape[0] != 1):
         raise ValueError("the kernel-consistency term needs one mesh shared by all samples "
@@ -169,35 +177,58 @@ def fit_kernel_layer(model, u: torch.Tensor, f: torch.Tensor, pos: torch.Tensor,
     C = (wpu @ (wu[..., None] * Ut) + wpf @ (wf[..., None] * Ft)) / math.sqrt(dk)  # (B, Nf, m)
     M = torch.einsum("bnm,bn,bnj->bmj", Ut, wu, g)  # (B, m, d)
     sw = wu.sqrt()
+    chunks = [slice(i, i + chunk) for i in range(0, B, chunk)]
+    if use_targets:
+        count = torch.bincount(systems, minlength=int(systems.max()) + 1).to(dt)
     targets, used, history = None, None, []
     for _ in tqdm(range(sweeps), disable=not progress, desc="kernel layer", unit="sweep"):
-        cK, Tw, used = None, None, targets
-        if targets is not None:
-            T = targets[systems]  # (B, Nf, N)
-            cK = consistency / torch.einsum("bi,bin,bn->b", wf, T * T, wu).clamp_min(
-                torch.finfo(dt).tiny)
-            Tw = T * sw[:, None, :]
+        used, cK = targets, None
+        if targets is not None:  # weight of each sample's consistency term, by system
+            cK = (consistency / torch.einsum("i,sin,n->s", wf[0], targets**2, wu[0]).clamp_min(
+                torch.finfo(dt).tiny))[systems]
+
+        def consistency_term(sl, L, R):
+            """The consistency term of the samples ``sl``: ``K = L X R``, target ``T``."""
+            return (L, R * sw[sl, None, :], targets[systems[sl]] * sw[sl, None, :], wf[sl], cK[sl])
+
         # query map, X = W~Q [m, dk]: f~ = C X (k_U^T diag(w) g), K = C X k_U^T
-        kU = Ut @ torch.cat([ka.key.weight.T, *([ka.key.bias[None]] if bias else [])]).to(dt)
-        terms = [(C, torch.einsum("bnk,bn,bnj->bkj", kU, wu, g), fd, wf, c)]
-        if cK is not None:
-            terms.append((C, kU.transpose(1, 2) * sw[:, None, :], Tw, wf, cK))
-        Wq = _solve(terms, ridge, (C.shape[2], dk))
+        Wk_aug = torch.cat([ka.key.weight.T, *([ka.key.bias[None]] if bias else [])]).to(dt)
+
+        def query_terms():
+            for sl in chunks:
+                kU = Ut[sl] @ Wk_aug  # (b, N, dk)
+                yield C[sl], torch.einsum("bnk,bn,bnj->bkj", kU, wu[sl], g[sl]), fd[sl], wf[sl], c[sl]
+                if cK is not None:
+                    yield consistency_term(sl, C[sl], kU.transpose(1, 2))
+
+        Wq = _solve(query_terms(), ridge, (C.shape[2], dk))
         _set_linear(ka.query, Wq)
-        # key map, X = W~K^T [dk, m]: f~ = P X M, K = P X U~^T
-        P = C @ Wq  # (B, Nf, dk)
-        terms = [(P, M, fd, wf, c)]
-        if cK is not None:
-            terms.append((P, Ut.transpose(1, 2) * sw[:, None, :], Tw, wf, cK))
-        Wk = _solve(terms, ridge, (dk, Ut.shape[2]))
+
+        # key map, X = W~K^T [dk, m]: f~ = P X M, K = P X U~^T, with P = C W~Q
+        def key_terms():
+            for sl in chunks:
+                P = C[sl] @ Wq  # (b, Nf, dk)
+                yield P, M[sl], fd[sl], wf[sl], c[sl]
+                if cK is not None:
+                    yield consistency_term(sl, P, Ut[sl].transpose(1, 2))
+
+        Wk = _solve(key_terms(), ridge, (dk, Ut.shape[2]))
         _set_linear(ka.key, Wk.T)
+        # objective, and the next targets: each system's mean kernel
         value = ridge * (Wq.pow(2).sum() + Wk.pow(2).sum())
-        pred = P @ (Wk @ M)  # (B, Nf, d)
-        value += torch.einsum("b,bi,bij->", c, wf, (pred - fd) ** 2)
+        sums = None
+        for sl in chunks:
+            P = C[sl] @ Wq
+            pred = P @ (Wk @ M[sl])  # (b, Nf, d)
+            value += torch.einsum("b,bi,bij->", c[sl], wf[sl], (pred - fd[sl]) ** 2)
+            if use_targets:
+                K = P @ (Wk @ Ut[sl].transpose(1, 2))  # (b, Nf, N)
+                if targets is not None:
+                    value += torch.einsum("b,bi,bin,bn->", cK[sl], wf[sl],
+                                          (K - targets[systems[sl]]) ** 2, wu[sl])
+                sums = (K.new_zeros(len(count), *K.shape[1:]) if sums is None else sums)
+                sums.index_add_(0, systems[sl], K)
         if use_targets:
-            K = P @ (Wk @ Ut.transpose(1, 2))  # (B, Nf, N)
-            if targets is not None:
-                value += torch.einsum("b,bi,bin,bn->", cK, wf, (K - targets[systems]) ** 2, wu)
-            targets = _system_means(K, systems)
+            targets = sums / count[:, None, None]
         history.append(float(value))
     return KernelLayerFit(history, used)
