@@ -197,7 +197,8 @@ def fit_kernel_layer(model, u: torch.Tensor, f: torch.Tensor, pos: torch.Tensor,
         def query_terms():
             for sl in chunks:
                 kU = Ut[sl] @ Wk_aug  # (b, N, dk)
-                yield C[sl], torch.einsum("bnk,bn,bnj->bkj", kU, wu[sl], g[sl]), fd[sl], wf[sl], c[sl]
+                R = torch.einsum("bnk,bn,bnj->bkj", kU, wu[sl], g[sl])  # (b, dk, d)
+                yield C[sl], R, fd[sl], wf[sl], c[sl]
                 if cK is not None:
                     yield consistency_term(sl, C[sl], kU.transpose(1, 2))
 
