@@ -36,9 +36,9 @@ def matmul_rate(device: torch.device, repeat: int, size: int = 2048) -> float:
     return 2 * size**3 / best_time(lambda: a @ b, device, repeat)
 
 
-def weighted_vs_unweighted(n: int, heads: int, dim_head: int, device: torch.device,
+def weighted_vs_unweighted(n: int, num_heads: int, head_channels: int, device: torch.device,
                            repeat: int) -> dict:
-    q, k, v = (torch.randn(1, heads, n, dim_head, device=device) for _ in range(3))
+    q, k, v = (torch.randn(1, num_heads, n, head_channels, device=device) for _ in range(3))
     w = torch.rand(1, n, device=device) + 1e-3
     ratios, t_weighted = [], []
     with torch.no_grad():
@@ -47,15 +47,15 @@ def weighted_vs_unweighted(n: int, heads: int, dim_head: int, device: torch.devi
             tu = best_time(lambda: F.scaled_dot_product_attention(q, k, v), device, 1)
             ratios.append(tw / tu)
             t_weighted.append(tw)
-    flops = 4 * heads * n * n * dim_head  # QK^T and PV
+    flops = 4 * num_heads * n * n * head_channels  # QK^T and PV
     return {"nodes": n, "ratio_weighted_unweighted": statistics.median(ratios),
             "weighted_s": min(t_weighted), "attention_flops_per_s": flops / min(t_weighted)}
 
 
-def peak_memory_bytes(n: int, dim: int, heads: int, device: torch.device) -> int:
+def peak_memory_bytes(n: int, channels: int, num_heads: int, device: torch.device) -> int:
     """Peak memory of one ContinuumAttention forward pass beyond its inputs."""
-    layer = ContinuumAttention(dim, heads=heads).to(device)
-    x, w = torch.randn(n, dim, device=device), torch.rand(n, device=device)
+    layer = ContinuumAttention(channels, num_heads=num_heads).to(device)
+    x, w = torch.randn(n, channels, device=device), torch.rand(n, device=device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         base = torch.cuda.memory_allocated(device)
@@ -73,19 +73,20 @@ def peak_memory_bytes(n: int, dim: int, heads: int, device: torch.device) -> int
 def peak_memory_in_subprocess(n: int, args) -> int:
     """CPU peak memory (peak resident size minus the resident size before the call) needs a
     fresh process per size, because the peak resident size only grows."""
-    cmd = [sys.executable, __file__, "--peak-only", str(n), "--dim", str(args.dim),
-           "--heads", str(args.heads), "--device", args.device]
+    cmd = [sys.executable, __file__, "--peak-only", str(n), "--channels", str(args.channels),
+           "--num-heads", str(args.num_heads), "--device", args.device]
     return int(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
 
-def galerkin_scaling(n: int, dim: int, heads: int, device: torch.device, repeat: int) -> dict:
-    """Galerkin time at ``n`` and ``8 n`` nodes, next to one ``nn.Linear(dim, dim)`` on the same
-    inputs: a per-node map whose ratio shows what the memory hierarchy alone costs."""
-    layer = GalerkinAttention(dim, heads=heads, pos_dim=2).to(device)
-    linear = torch.nn.Linear(dim, dim).to(device)
+def galerkin_scaling(n: int, channels: int, num_heads: int, device: torch.device,
+                     repeat: int) -> dict:
+    """Galerkin time at ``n`` and ``8 n`` nodes, next to one ``nn.Linear(channels, channels)`` on
+    the same inputs: a per-node map whose ratio shows what the memory hierarchy alone costs."""
+    layer = GalerkinAttention(channels, num_heads=num_heads, dim=2).to(device)
+    linear = torch.nn.Linear(channels, channels).to(device)
     times, linear_times = {}, {}
     for m in (n, 8 * n):
-        x, pos, w = (torch.randn(m, dim, device=device), torch.rand(m, 2, device=device),
+        x, pos, w = (torch.randn(m, channels, device=device), torch.rand(m, 2, device=device),
                      torch.rand(m, device=device))
         with torch.no_grad():
             times[m] = best_time(lambda: layer(x, pos, w), device, repeat)
@@ -99,8 +100,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--nodes", type=int, default=8192, help="nodes for the time ratio")
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--dim", type=int, default=128, help="layer width (dim_head = dim/heads)")
+    parser.add_argument("--num-heads", type=int, default=4)
+    parser.add_argument("--channels", type=int, default=128,
+                        help="layer width (head_channels = channels / num_heads)")
     parser.add_argument("--memory-nodes", type=int, nargs="+", default=[10_000, 50_000])
     parser.add_argument("--galerkin-nodes", type=int, default=50_000)
     parser.add_argument("--repeat", type=int, default=5)
@@ -108,16 +110,16 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if args.peak_only:
-        print(peak_memory_bytes(args.peak_only, args.dim, args.heads, device))
+        print(peak_memory_bytes(args.peak_only, args.channels, args.num_heads, device))
         return 0
 
     rate = matmul_rate(device, args.repeat)
-    ratio = weighted_vs_unweighted(args.nodes, args.heads, args.dim // args.heads, device,
-                                   args.repeat)
+    ratio = weighted_vs_unweighted(args.nodes, args.num_heads, args.channels // args.num_heads,
+                                   device, args.repeat)
     memory = {}
     for n in args.memory_nodes:
-        memory[n] = (peak_memory_bytes(n, args.dim, args.heads, device) if device.type == "cuda"
-                     else peak_memory_in_subprocess(n, args))
+        memory[n] = (peak_memory_bytes(n, args.channels, args.num_heads, device)
+                     if device.type == "cuda" else peak_memory_in_subprocess(n, args))
     sizes = sorted(memory)
     report = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else
@@ -129,7 +131,7 @@ def main(argv=None) -> int:
         "peak_memory_mib": {n: memory[n] / 2**20 for n in sizes},
         "peak_memory_growth_vs_nodes": (memory[sizes[-1]] / memory[sizes[0]],
                                         sizes[-1] / sizes[0]),
-        "galerkin": galerkin_scaling(args.galerkin_nodes, args.dim, args.heads, device,
+        "galerkin": galerkin_scaling(args.galerkin_nodes, args.channels, args.num_heads, device,
                                      args.repeat),
     }
     print(json.dumps(report, indent=2))

@@ -262,10 +262,6 @@ class MeshGINO(_MeshAdapter):
 # --------------------------------------------------------------------------------------------
 # the benchmark
 
-#: Registered geoattn models left out: NAO learns from in-context pairs, a different task.
-EXCLUDED = {"nao", "discrete_nao"}
-
-
 def patch_resolution(mesh_n: int) -> dict[str, int]:
     """Patches and modes of the patched models (ViT-NO, FANO) that the training mesh resolves: the
     most patches of 16, 4 or 1 whose nodes (``N / P`` each) resolve at least one mode, and the
@@ -282,9 +278,7 @@ def patch_resolution(mesh_n: int) -> dict[str, int]:
 def model_factories(scale: Scale, names: list[str] | None = None) -> dict[str, callable]:
     """Constructors of every model to compare (geoattn ones that exist, neuralop ones if installed)."""
     out = {}
-    for name, cls in MODELS.items():
-        if name in EXCLUDED:
-            continue
+    for name, cls in MODELS.items():  # the registry holds the field-to-field models only
         params = inspect.signature(cls.__init__).parameters
         # ball radius of the graph-kernel models (here and GINO's): 2.5 cells of the training mesh
         kw = {k: v for k, v in dict(width=scale.width, depth=scale.depth, radius=2.5 / scale.mesh_n).items()

@@ -17,52 +17,20 @@ import torch
 
 from geoattn.data.darcy import PiecewiseConstant
 from geoattn.data.grf import GaussianRandomField, preset
-from geoattn.data.microstructure import green_kernel, microstructure_tasks
-from geoattn.data.nonlocal_kernel import (RadialKernelProblem, diverse_kernels, gaussian_kernel,
-                                          ood1_kernel, sine_kernel)
-from geoattn.eval.nao_metrics import (kernel_error, operator_error, radial_density,
-                                      recover_microstructure)
 from geoattn.mesh import families, from_meshio
-from geoattn.models import NAO
-from geoattn.train import fit_kernel_layer
-from geoattn.train.kernel_layer import _normal_equations
+from geoattn.nao import (NAO, RadialKernelProblem, TokenMesh, diverse_kernels, fit_adam,
+                         fit_kernel_layer, gaussian_kernel, green_kernel, kernel_error,
+                         microstructure_tasks, normal_equations, ood1_kernel, operator_error,
+                         radial_density, recover_microstructure, sine_kernel)
 
 log = logging.getLogger("benchmarks.nao")
 
 
-def fit(model, data, mesh, epochs, lr, batch_size, seconds, weight_decay=1e-5):
-    """Adam on the mean per-system E_f of the training systems ``data = (u, f)``, with the
-    authors' schedule (learning rate times 0.9 every 100 epochs)."""
-    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
-    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=100, gamma=0.9)
-    u, f = data
-    start = time.time()
-    for epoch in range(epochs):
-        perm = torch.randperm(len(u))
-        total = 0.0
-        for i in range(0, len(u), batch_size):
-            idx = perm[i:i + batch_size]
-            pred = model.forward_dense(u[idx], f[idx], *mesh)
-            loss = operator_error(pred, f[idx], mesh[3]).mean()
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            total += loss.item() * len(idx)
-        sched.step()
-        if epoch % max(1, epochs // 10) == 0:
-            log.info("epoch %d train E_f %.4f (%.0f s)", epoch, total / len(u), time.time() - start)
-        if time.time() - start > seconds:
-            log.info("time limit reached at epoch %d", epoch)
-            break
-    return model
-
-
 def _errors(K, s):
     """E_f and E_K ``[S]`` of radial kernels ``K [S, N]`` on the samples ``s``."""
-    pred = torch.einsum("sn,n,snd->sd", K, s.weight, s.u)[:, None]  # (S, 1, d)
-    ef = operator_error(pred, s.f, s.weight_f[None])
-    ek = kernel_error(K[:, None], s.kernel[None, None], s.weight_f[None], s.weight[None],
+    pred = torch.einsum("sn,n,snd->sd", K, s.mesh.weight[0], s.u)[:, None]  # (S, 1, d)
+    ef = operator_error(pred, s.f, s.mesh_query.weight)
+    ek = kernel_error(K[:, None], s.kernel[None, None], s.mesh_query.weight, s.mesh.weight,
                       radial_density(s.u))
     return ef, ek
 
@@ -82,7 +50,7 @@ def radial_baselines(train, tests, ridge=1e-4):
     out = {}
     span = torch.stack([s.kernel for s in train], 1)  # (N, 7)
     for split, s in {"train(eta=1)": train[0], **tests}.items():
-        wu = s.weight[None, :, None] * s.u  # (S, N, d)
+        wu = s.mesh.weight[..., None] * s.u  # (S, N, d)
         A = wu.transpose(1, 2)  # (S, d, N): pred = A K
         eye = torch.eye(A.shape[2], dtype=A.dtype)
         Kr = torch.linalg.solve(A.transpose(1, 2) @ A + ridge * eye,
@@ -102,13 +70,14 @@ def radial_baselines(train, tests, ridge=1e-4):
     return out
 
 
-def _best_coefficients(model, s, mesh, su, sf):
+def _best_coefficients(model, s, su, sf):
     """E_f and E_K of the kernels ``K = B p`` in the span of the trained key features
     ``B = [U, 1] [W^K; b^K]`` with each sample's coefficients ``p`` fitted to its own pairs:
     how much of the error is the key basis, and how much the query map's choice of ``p``."""
     key = model.kernel_attention.key
-    B = key(model.hidden_tokens(s.u / su, s.f / sf, mesh[1], mesh[3])[0]) * (sf / su)  # (S, N, k)
-    A = torch.einsum("snk,n,snd->sdk", B, s.weight, s.u)  # pred = A p
+    U, _ = model.hidden_tokens(s.u / su, s.f / sf, s.mesh.weight, s.mesh_query.weight)
+    B = key(U) * (sf / su)  # (S, N, k)
+    A = torch.einsum("snk,n,snd->sdk", B, s.mesh.weight[0], s.u)  # pred = A p
     p = torch.linalg.lstsq(A, s.f[:, 0, :, None]).solution  # (S, k, 1)
     ef, ek = _errors((B @ p)[..., 0], s)
     return {"E_f": float(ef.mean()), "E_K": float(ek.mean())}
@@ -122,7 +91,6 @@ def radial(args):
     tests = {"ID": prob.samples(sine_kernel(5.0), args.d), "OOD1": prob.samples(ood1_kernel, args.d),
              "OOD2": prob.samples(gaussian_kernel, args.d)}
     s0 = train[0]
-    mesh = (s0.pos[None], s0.weight[None], s0.pos_f[None], s0.weight_f[None])
     u = torch.cat([s.u for s in train])
     f = torch.cat([s.f for s in train])
     systems = torch.repeat_interleave(torch.arange(len(train)), len(s0.u))
@@ -133,38 +101,36 @@ def radial(args):
              len(u), u.shape[1], args.d, su, sf)
     results = {"setting": vars(args), "train_samples": len(u), "tokens": u.shape[1],
                "baselines": radial_baselines(train, tests)}
-    meshes = {split: mesh for split in ("train", *tests)}
     if args.test_dx:  # the trained model on the test kernels at another resolution
         other = RadialKernelProblem(dx=args.test_dx, x_spacing=prob.x_spacing)  # same features
         for split, kern in (("ID", sine_kernel(5.0)), ("OOD1", ood1_kernel),
                             ("OOD2", gaussian_kernel)):
-            s = other.samples(kern, args.d)
-            tests[f"{split} at dx={args.test_dx:g}"] = s
-            meshes[f"{split} at dx={args.test_dx:g}"] = (s.pos[None], s.weight[None],
-                                                          s.pos_f[None], s.weight_f[None])
+            tests[f"{split} at dx={args.test_dx:g}"] = other.samples(kern, args.d)
     kernels = {}
     for mu in args.consistency:
         name = f"NAO (consistency {mu:g})"
         torch.manual_seed(0)
-        model = NAO(args.d, dim=1, dk=args.dk, layers=args.layers, coord_scale=prob.delta).double()
+        model = NAO(args.d, dim=1, head_channels=args.dk, layers=args.layers,
+                    coord_scale=prob.delta).double()
         # the f-token carries the system; an untrained random W^{P,u} would only add a
         # resolution-dependent quadrature of the loadings to the queries
         model.mixer_u.zero_()
         start = time.time()
-        fit = fit_kernel_layer(model, u / su, f / sf, *mesh, systems=systems, consistency=mu,
-                               ridge=args.ridge, sweeps=args.sweeps, progress=True)
+        fit = fit_kernel_layer(model, u / su, f / sf, s0.mesh, s0.mesh_query, systems=systems,
+                               consistency=mu, ridge=args.ridge, sweeps=args.sweeps, progress=True)
         results[name] = {"params": sum(p.numel() for p in model.parameters()),
                          "seconds": time.time() - start, "objective": fit.history}
         with torch.no_grad():
             for split, s in {"train": None, **tests}.items():
                 su_, sf_ = (u, f) if s is None else (s.u, s.f)
-                m = meshes[split]
-                pred = model.forward_dense(su_ / su, sf_ / sf, *m) * sf
-                K = model.kernel_dense(su_ / su, sf_ / sf, *m)[:, 0] * (sf / su)  # (S, N)
+                m, mq = (s0.mesh, s0.mesh_query) if s is None else (s.mesh, s.mesh_query)
+                pred = model.forward_dense(su_ / su, sf_ / sf, m, mq) * sf
+                K = model.kernel_dense(su_ / su, sf_ / sf, m, mq)[:, 0] * (sf / su)  # (S, N)
                 truth = (torch.stack([t.kernel for t in train])[systems] if s is None
                          else s.kernel.expand(len(K), -1))
-                ef = operator_error(pred, sf_, m[3])
-                ek = kernel_error(K[:, None], truth[:, None], m[3], m[1], radial_density(su_))
+                ef = operator_error(pred, sf_, mq.weight)
+                ek = kernel_error(K[:, None], truth[:, None], mq.weight, m.weight,
+                                  radial_density(su_))
                 results[name][split] = {"E_f": float(ef.mean()), "E_K": float(ek.mean()),
                                         "E_K_range": [float(ek.min()), float(ek.max())]}
                 if s is None:  # mean E_K of each training system's samples
@@ -173,14 +139,14 @@ def radial(args):
                 if s is not None:
                     kernels[(name, split)] = K[0].numpy()  # the first test sample's kernel
                     results[name][split]["best_coefficients"] = _best_coefficients(
-                        model, s, m, su, sf)
+                        model, s, su, sf)
         log.info("%s: %s", name, {k: v for k, v in results[name].items() if k != "objective"})
     if args.figures:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         fig, axes = plt.subplots(1, 3, figsize=(12, 3))
-        r = s0.pos[:, 0].numpy()
+        r = s0.mesh.pos[0, :, 0].numpy()
         for ax, split in zip(axes, ("ID", "OOD1", "OOD2")):
             ax.plot(r, tests[split].kernel.numpy(), "k-", label="true", lw=2)
             for (name, sp), K in kernels.items():
@@ -209,7 +175,7 @@ def darcy_bilinear_baseline(u, f, tests, weight, ridge=1e-4):
     u, f = u.double(), f.double()
     F, M = parts(u, f)
     c = 1 / torch.einsum("n,bnj->b", weight, f * f)
-    H, rhs = _normal_equations(F, M, f, weight.expand(len(u), -1), c)
+    H, rhs = normal_equations(F, M, f, weight.expand(len(u), -1), c)
     H.diagonal().add_(ridge * H.diagonal().mean())
     Z = torch.linalg.solve(H, rhs).reshape(F.shape[2], -1)
     tu, tf = (t.double() for t in tests)
@@ -241,9 +207,8 @@ def darcy(args):
                 f.append(torch.as_tensor(t.p[:, idx] / ps, dtype=torch.float32))
         return torch.stack(u), torch.stack(f)  # (len(task_list) * perms, N, d) each
 
-    def mesh_of(k):
-        g = geo[k]
-        return (g.pos[None], g.weight[None], g.pos[None], g.weight[None])
+    def mesh_of(k):  # the f-mesh is the u-mesh
+        return TokenMesh.of(geo[k].pos, geo[k].weight)
 
     u, f = systems(tr, args.perms)
     # in-context E_f asks the kernel map to undo the Gram matrix of the system's own sources
@@ -253,21 +218,30 @@ def darcy(args):
     log.info("darcy: %d training systems of d=%d on %d nodes, median Gram condition number %.3g",
              len(u), args.d, u.shape[1], cond)
     torch.manual_seed(0)
-    model = NAO(args.d, dim=2, dk=args.dk, layers=args.layers)
-    if args.epochs > 0:
-        fit(model, (u, f), mesh_of("train"), args.epochs, args.lr, args.batch, args.seconds, 1e-6)
+    model = NAO(args.d, dim=2, head_channels=args.dk, layers=args.layers)
+    history = []
+    if args.epochs > 0:  # the authors' recipe, global-RNG shuffles (seeded above)
+        start = time.time()
+        history = fit_adam(model, u, f, mesh_of("train"), epochs=args.epochs, lr=args.lr,
+                           batch_size=args.batch, weight_decay=1e-6, clip=1.0, step_size=100,
+                           gamma=0.9, seconds=args.seconds)
+        for epoch in range(0, len(history), max(1, args.epochs // 10)):
+            log.info("epoch %d train E_f %.4f", epoch, history[epoch])
+        log.info("Adam: %d epochs in %.0f s, train E_f %.4f", len(history), time.time() - start,
+                 history[-1])
     if args.sweeps > 0:  # least-squares kernel layer; systems = microstructures
-        fit_kernel_layer(model, u, f, *mesh_of("train"), consistency=args.consistency,
+        fit_kernel_layer(model, u, f, mesh_of("train"), consistency=args.consistency,
                          systems=torch.arange(len(tr)).repeat_interleave(args.perms),
                          ridge=1e-6, sweeps=args.sweeps, progress=True)
     results = {"setting": vars(args), "params": sum(p.numel() for p in model.parameters()),
-               "train_systems": len(u), "gram_condition": cond}
+               "train_systems": len(u), "gram_condition": cond, "adam_train_E_f": history}
     with torch.no_grad():
         for k in meshes:
             tu, tf = systems(data[k][args.tasks:], 2)
             mesh = mesh_of(k)
-            pred = model.forward_dense(tu, tf, *mesh)
-            results[k] = {"nodes": tu.shape[1], "E_f": float(operator_error(pred, tf, mesh[3]).mean())}
+            pred = model.forward_dense(tu, tf, mesh)
+            results[k] = {"nodes": tu.shape[1],
+                          "E_f": float(operator_error(pred, tf, mesh.weight).mean())}
             log.info("%s mesh (%d nodes): E_f %.4f", k, tu.shape[1], results[k]["E_f"])
             if k == "train":
                 results["bilinear_baseline"] = {
@@ -276,8 +250,7 @@ def darcy(args):
         # kernel of the first test microstructure on the training mesh, vs the Green's kernel
         t = data["train"][args.tasks]
         tu, tf = systems([t], 1)
-        mesh = mesh_of("train")
-        K = model.kernel_dense(tu, tf, *mesh)[0].double() * (ps / gs)
+        K = model.kernel_dense(tu, tf, mesh_of("train"))[0].double() * (ps / gs)
         G = green_kernel(meshes["train"], PiecewiseConstant(preset("cao").sample(args.seed, args.tasks)))
         G1 = green_kernel(meshes["train"], 1.0)
         w = geo["train"].weight.double()

@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--nodes", type=int, default=20_000)
     parser.add_argument("--parts", type=int, nargs="+", default=[4, 16, 64, 256])
     parser.add_argument("--channels", type=int, default=32)
-    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--num-heads", type=int, default=4)
     parser.add_argument("--modes", type=int, default=3)
     parser.add_argument("--spectral-qkv", action="store_true")
     parser.add_argument("--device", default="cpu")
@@ -39,17 +39,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
     pos = torch.rand(args.nodes, 2, generator=gen)
     weight = torch.full((args.nodes,), 1.0 / args.nodes)
     x = torch.randn(args.nodes, args.channels, generator=gen)
-    layer = PatchAttention(args.channels, heads=args.heads, modes=args.modes,
+    layer = PatchAttention(args.channels, num_heads=args.num_heads, modes=args.modes,
                            spectral_qkv=args.spectral_qkv).to(device)
     rows = []
     for p in args.parts:
         part = partition(pos, weight, p, method="rcb")
-        inputs = [t.to(device) for t in (x, pos, weight, part.assignment)]
+        xd, posd, wd, patch = (t.to(device) for t in (x, pos, weight, part.assignment))
         with torch.no_grad():
-            fwd = best_time(lambda: layer(*inputs, part.length), device, args.repeat)
-        xg = inputs[0].clone().requires_grad_(True)
-        both = best_time(lambda: layer(xg, *inputs[1:], part.length).sum().backward(), device,
-                         args.repeat)
+            fwd = best_time(lambda: layer(xd, posd, wd, patch=patch, patch_length=part.length),
+                            device, args.repeat)
+        xg = xd.clone().requires_grad_(True)
+        both = best_time(lambda: layer(xg, posd, wd, patch=patch,
+                                       patch_length=part.length).sum().backward(),
+                         device, args.repeat)
         rows.append({"nodes": args.nodes, "parts": p, "modes": (2 * args.modes + 1) ** 2,
                      "forward_s": fwd, "forward_backward_s": both})
     print(json.dumps(rows, indent=2))

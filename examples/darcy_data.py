@@ -33,7 +33,7 @@ COARSE = {"family": "unit_square", "n": 32, "kind": "irregular", "seed": 0}
 FINE = {**COARSE, "refine": 1}
 
 
-def run(n: int = 4, family: str = "lognormal", seed: int = 0) -> dict[str, float]:
+def main(n: int = 4, family: str = "lognormal", seed: int = 0) -> dict[str, float]:
     """Mean relative L2 distance between the coarse and fine solutions of the same samples."""
     recipe = Recipe(meshes={"coarse": COARSE, "fine": FINE}, n=n, seed=seed, family=family)
     meshes = recipe.load_meshes()
@@ -89,7 +89,7 @@ if __name__ == "__main__":
     parser.add_argument("--out", type=Path, help="also write a dataset file and read it back")
     parser.add_argument("--plot", type=Path, help="save a picture of a coefficient and its solution")
     args = parser.parse_args()
-    result = run(args.n, args.family)
+    result = main(args.n, args.family)
     log.info("mean relative L2 distance coarse vs fine: %.2e", result["cross_mesh_rel_l2"])
     if args.out:
         write_and_read(args.out, args.n, args.family)

@@ -29,21 +29,22 @@ def features(pos: torch.Tensor) -> torch.Tensor:
     return torch.stack([torch.sin(3 * x + y), x * x - y], 1)
 
 
-def run(levels: int = 3, patches: int = 8, seed: int = 0) -> dict[str, float]:
+def main(levels: int = 3, patches: int = 8, seed: int = 0) -> dict[str, float]:
     """Relative errors against the finest level per level, the fitted order and patch weights."""
     torch.manual_seed(seed)
     mesh = families.unit_square(8, "graded")
     coarse = from_meshio(mesh, dtype=torch.float64)
     part = partition(coarse.pos, coarse.weight, patches, cells=coarse.cells)
     lift = PatchSpectralIntegral(2, 8, modes=2, dim=2).double()
-    attention = PatchAttention(8, heads=2, modes=2).double()
+    attention = PatchAttention(8, num_heads=2, modes=2).double()
     samples = testing.refinement_samples(mesh, range(levels + 2), features)
     outputs = []
     with torch.no_grad():
         for u, pos, w, _ in samples:
-            patch = part.transfer(pos)
-            v = lift(u, pos, w, patch, part.length, num_patches=patches)
-            outputs.append(attention(v, pos, w, patch, part.length, num_patches=patches)[:len(coarse.pos)])
+            patch = part.transfer(pos)  # the same subdomains on every mesh
+            v = lift(u, pos, w, patch=patch, patch_length=part.length, num_patches=patches)
+            out = attention(v, pos, w, patch=patch, patch_length=part.length, num_patches=patches)
+            outputs.append(out[:len(coarse.pos)])
     errors = [float((o - outputs[-1]).norm() / outputs[-1].norm()) for o in outputs[:-1]]
     h = [s[3] for s in samples[:-1]]
     result = {"rate": testing.convergence_rate(h[1:], errors[1:]), "final_error": errors[-1]}
@@ -54,14 +55,10 @@ def run(levels: int = 3, patches: int = 8, seed: int = 0) -> dict[str, float]:
     return result
 
 
-def main(argv: list[str] | None = None) -> None:
+if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", type=int, default=3)
     parser.add_argument("--patches", type=int, default=8)
-    args = parser.parse_args(argv)
+    args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    run(args.levels, args.patches)
-
-
-if __name__ == "__main__":
-    main()
+    main(args.levels, args.patches)

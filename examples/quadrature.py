@@ -26,7 +26,7 @@ def f(pos):
     return torch.exp(pos[:, 0]) * torch.cos(math.pi * pos[:, 1] / 2)
 
 
-def run() -> dict[str, float]:
+def main() -> dict[str, float]:
     """Print a table and return the fitted rates of the weighted rule per mesh family."""
     rates = {}
     print(f"{'mesh':<30}{'nodes':>7}{'weighted':>11}{'node average':>14}")
@@ -52,4 +52,4 @@ def run() -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    run()
+    main()

@@ -10,6 +10,8 @@ deviation when it fails, so a test is one line:
 - :func:`assert_padding_invariant`: extra nodes of weight 0 change no other output;
 - :func:`assert_duplication_invariant`: duplicating a node and splitting its weight in half
   changes no output (the quadrature sees the same measure);
+- :func:`assert_matches_reference`: a layer's output and its gradients equal those of a slow,
+  obvious reference implementation;
 - :func:`refinement_samples` samples one function on uniform refinements of a mesh, and
   :func:`convergence_rate` / :func:`assert_convergence_rate` fit the order :math:`p` of a
   cross-mesh convergence study, :math:`e(h) \approx C h^p`;
@@ -28,6 +30,7 @@ __all__ = [
     "assert_batch_independent",
     "assert_convergence_rate",
     "assert_duplication_invariant",
+    "assert_matches_reference",
     "assert_padding_invariant",
     "assert_permutation_equivariant",
     "assert_rejects_mismatched_inputs",
@@ -117,6 +120,31 @@ def assert_duplication_invariant(layer: Layer, x: torch.Tensor, pos: torch.Tenso
                  torch.cat([w2, w2[index:index + 1]]))
     _assert_close(out2, torch.cat([out, out[index:index + 1]]), "node duplication invariance",
                   atol, rtol)
+
+
+def assert_matches_reference(actual: torch.Tensor, expected: torch.Tensor,
+                             inputs: Sequence[torch.Tensor], *,
+                             generator: torch.Generator | None = None,
+                             atol: float | None = None, rtol: float | None = None,
+                             grad_atol: float | None = None,
+                             grad_rtol: float | None = None) -> None:
+    r"""``actual`` (a layer's output) equals ``expected`` (a slow reference computed from the same
+    ``inputs``), and so do their gradients with respect to every tensor of ``inputs``.
+
+    The gradients are those of the random projection :math:`\langle r, \mathrm{out} \rangle`,
+    i.e. one vector-Jacobian product of each computation with the same random ``r``. The gradient
+    tolerances default to the output tolerances.
+    """
+    atol, rtol = _tolerances(actual, atol, rtol)
+    grad_atol = atol if grad_atol is None else grad_atol
+    grad_rtol = rtol if grad_rtol is None else grad_rtol
+    _assert_close(actual, expected, "reference", atol, rtol)
+    r = torch.randn(actual.shape, generator=generator, dtype=actual.dtype).to(actual.device)
+    inputs = list(inputs)
+    grads = torch.autograd.grad((actual * r).sum(), inputs)
+    grads_ref = torch.autograd.grad((expected * r).sum(), inputs)
+    for i, (g, g_ref) in enumerate(zip(grads, grads_ref)):
+        _assert_close(g, g_ref, f"reference gradient of input {i}", grad_atol, grad_rtol)
 
 
 def refinement_samples(mesh, times: Sequence[int],

@@ -14,3 +14,18 @@ def _seed():
 @pytest.fixture
 def meshes_dir() -> pathlib.Path:
     return ROOT / "meshes"
+
+
+@pytest.fixture(scope="session")
+def example():
+    """Import a script of ``examples/`` by name: ``example("quadrature").main()``. Every example
+    exposes ``main(...)`` with keyword defaults, returning the numbers it reports."""
+    import importlib.util
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(f"examples.{name}", ROOT / "examples" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

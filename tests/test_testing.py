@@ -96,3 +96,12 @@ class _Unchecked(torch.nn.Module):
 def test_rejects_mismatched_inputs_catches_a_model_that_checks_nothing():
     with pytest.raises(AssertionError, match="accepted 3-D coordinates"):
         testing.assert_rejects_mismatched_inputs(_Unchecked())
+
+
+def test_matches_reference_checks_values_and_gradients():
+    x = torch.rand(5, dtype=torch.float64, requires_grad=True) + 0.5
+    testing.assert_matches_reference(x * x, x ** 2, [x])
+    with pytest.raises(AssertionError, match="^reference: max deviation"):
+        testing.assert_matches_reference(x * x, x ** 2 + 1e-9, [x])
+    with pytest.raises(AssertionError, match="reference gradient of input 0"):
+        testing.assert_matches_reference(x * x, (x * x).detach() + 3 * (x - x.detach()), [x])

@@ -18,10 +18,10 @@ from pathlib import Path
 import meshio
 import torch
 
-from ..data import darcy_samples
 from ..eval import cross_mesh_report, plot_errors, plot_sample
-from ..mesh import families, write_mesh
+from ..mesh import write_mesh
 from ..models import build_model
+from ..optional import require
 from ..train import NormalizedOperator, Trainer
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,8 @@ def _read(name: str) -> meshio.Mesh:
 
 def demo_meshes() -> dict[str, meshio.Mesh]:
     """The training mesh first, then the evaluation meshes of the same unit square."""
+    from ..mesh import families
+
     train = _read("square_irregular.vtu") or families.unit_square(16, "irregular", seed=0)
     return {
         "train (irregular)": train,
@@ -72,6 +74,9 @@ def demo_meshes() -> dict[str, meshio.Mesh]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..data import darcy_samples
+
+    require("matplotlib", "plot", "the demo's figures")  # fail now, not after training
     recipe = QUICK if args.quick else Recipe()
     if args.epochs:
         recipe = dataclasses.replace(recipe, epochs=args.epochs)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..data.dataset import DarcyDataset, open_dataset_file
 from ..eval import cross_mesh_report, plot_errors
 from ..train import load_operator
 
@@ -21,6 +20,8 @@ def add_args(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..data.dataset import DarcyDataset, open_dataset_file
+
     op = load_operator(args.checkpoint)
     wanted = args.meshes.split(",") if args.meshes else None
     datasets = {}

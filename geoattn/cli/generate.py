@@ -13,9 +13,6 @@ import logging
 import os
 from pathlib import Path
 
-from ..data.generate import generate_darcy
-from ..data.recipe import Recipe, load_recipe
-
 log = logging.getLogger(__name__)
 
 
@@ -48,6 +45,9 @@ def _mesh_specs(items: list[str]) -> dict[str, dict]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..data.generate import generate_darcy
+    from ..data.recipe import Recipe, load_recipe
+
     if args.recipe:
         if args.mesh or args.n is not None:
             raise ValueError("give either --recipe or --mesh/--n, not both")

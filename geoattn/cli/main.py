@@ -1,7 +1,9 @@
 """Entry point of the ``geoattn`` command: ``main(argv=None)`` with argparse subcommands.
 
-Each subcommand module exposes ``add_args(parser)`` and ``run(args) -> int``. Library code
-raises; only this function turns errors into an exit code and a one-line message.
+Each subcommand module exposes ``add_args(parser)`` and ``run(args) -> int``, and imports what
+needs an optional extra (data, plots) in ``run``, so that every command's help and ``geoattn info``
+work with the core dependencies. Library code raises; only this function turns errors into an
+exit code and a one-line message (a missing extra included).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import sys
 
 from .. import __version__
 from ..errors import MeshError
+from ..optional import MissingDependencyError
 from . import demo, evaluate, generate, info, predict, train
 
 COMMANDS = {
@@ -48,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return args.run(args)
-    except (MeshError, FileNotFoundError, ValueError) as err:
+    except (MeshError, FileNotFoundError, ValueError, MissingDependencyError) as err:
         print(f"geoattn {args.command}: error: {err}", file=sys.stderr)
         return 2
 

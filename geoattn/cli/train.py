@@ -22,12 +22,11 @@ from pathlib import Path
 
 import torch
 
-from ..data.dataset import DarcyDataset
 from ..models import MODELS, build_model
 from ..train import NormalizedOperator, Trainer, init_distributed
 
 TRAIN_KEYS = ("epochs", "batch_size", "lr", "weight_decay", "clip", "seed", "h1")
-MODEL_FLAGS = ("width", "depth", "heads")
+MODEL_FLAGS = ("width", "depth", "num_heads")
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
@@ -37,7 +36,8 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="TOML file with [model] and [train] tables")
     parser.add_argument("--model", choices=sorted(MODELS), help="model name (default: tno)")
     for name in MODEL_FLAGS:
-        parser.add_argument(f"--{name}", type=int, help=f"model {name}")
+        flags = [f"--{name.replace('_', '-')}"] + (["--heads"] if name == "num_heads" else [])
+        parser.add_argument(*flags, dest=name, type=int, help=f"model {name}")
     parser.add_argument("--epochs", type=int)
     parser.add_argument("--batch-size", dest="batch_size", type=int)
     parser.add_argument("--lr", type=float)
@@ -69,6 +69,8 @@ def settings(args: argparse.Namespace) -> tuple[str, dict, dict]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..data.dataset import DarcyDataset
+
     name, model_kw, train_kw = settings(args)
     init_distributed()  # no-op unless launched by torchrun
     dataset = DarcyDataset(args.data, mesh=args.mesh)

@@ -15,15 +15,16 @@ from dataclasses import dataclass
 
 import meshio
 import numpy as np
-import skfem
 import torch
 from scipy.sparse import csc_matrix
 from scipy.sparse.linalg import splu
 
 from ..mesh import MeshData, from_meshio
 from ..mesh.families import to_skfem
+from ..optional import require
 from .grf import GaussianRandomField, preset
 
+skfem = require("skfem", "data", "the Darcy solver")
 log = logging.getLogger(__name__)
 
 _ELEMENTS = {"triangle": skfem.ElementTriP1, "tetra": skfem.ElementTetP1}

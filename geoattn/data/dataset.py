@@ -21,13 +21,15 @@ import os
 import zlib
 from pathlib import Path
 
-import h5py
 import numpy as np
 import torch
 from torch_geometric.data import Dataset
 
 from ..errors import DatasetFileError
 from ..mesh import MeshData
+from ..optional import require
+
+h5py = require("h5py", "data", "dataset files")
 
 FORMAT = "geoattn-dataset"
 FORMAT_VERSION = 1

@@ -15,20 +15,20 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-import h5py
 import meshio
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from .. import __version__
 from ..errors import DatasetFileError
 from ..mesh import from_meshio
+from ..optional import progress as progress_bar, require
 from .darcy import DarcyProblem, solve_sample
 from .dataset import FORMAT, FORMAT_VERSION, crc32, open_dataset_file
 from .recipe import Recipe
 from .xdmf import write_xdmf
 
+h5py = require("h5py", "data", "dataset files")
 log = logging.getLogger(__name__)
 
 _WORKER: dict = {}
@@ -87,7 +87,7 @@ def generate_darcy(path: str | Path, recipe: Recipe, *, workers: int = 1, progre
         path: output ``.h5`` file; its folder is created.
         recipe: what to generate.
         workers: processes (``1``: in this process). (default: ``1``)
-        progress: show a progress bar. (default: ``True``)
+        progress: show a progress bar, with tqdm (the ``progress`` extra). (default: ``True``)
         base: folder against which relative mesh paths of the recipe resolve (its folder).
         xdmf: write the ParaView companions ``<path stem>.<mesh>.xdmf``. (default: ``True``)
 
@@ -106,8 +106,8 @@ def generate_darcy(path: str | Path, recipe: Recipe, *, workers: int = 1, progre
         log.info("%s: resuming, %d of %d samples already done", path, recipe.n - len(todo), recipe.n)
     if todo:
         with open_dataset_file(path, "r+") as fh:
-            bar = tqdm(total=recipe.n, initial=recipe.n - len(todo), disable=not progress,
-                       desc=path.name, unit="sample")
+            bar = progress_bar(total=recipe.n, initial=recipe.n - len(todo), enabled=progress,
+                               desc=path.name, unit="sample")
             for index, result in _results(recipe, meshes, todo, workers):
                 for name, (x, y) in result.items():
                     g = fh["meshes"][name]

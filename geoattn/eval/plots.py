@@ -1,4 +1,8 @@
-"""Figures of a cross-mesh report and of one prediction on its mesh (matplotlib, no display)."""
+"""Figures of a cross-mesh report and of one prediction on its mesh (matplotlib, no display).
+
+matplotlib (the ``plot`` extra) is imported when a figure is drawn, so :mod:`geoattn.eval`
+imports without it.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..optional import require
 from .crossmesh import CrossMeshReport
 
 
 def _pyplot():
-    import matplotlib
-
+    matplotlib = require("matplotlib", "plot", "figures")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

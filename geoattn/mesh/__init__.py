@@ -3,19 +3,34 @@
 A discretised function is ``(pos, weight, values)``: :func:`from_meshio` / :func:`read_mesh`
 build a validated :class:`MeshData` sample with weights from any meshio mesh, and
 :func:`quadrature_weights` computes weights for meshes and bare point clouds.
+
+Importing this package loads neither meshio nor scikit-fem: meshio is imported by the functions
+that build, read or write a :class:`meshio.Mesh`, and :mod:`~geoattn.mesh.families` (which needs
+scikit-fem, the ``data`` extra) on first access to ``geoattn.mesh.families``.
 """
 
-from . import families
-from .cells import CELL_TYPES, lumped_mass, orient_cells, signed_volumes
+import importlib
+
+from .cells import CELL_DIMENSIONS, CELL_TYPES, lumped_mass, orient_cells, signed_volumes
 from .data import MeshData
+from .gradients import p1_gradients
 from .io import from_meshio, read_mesh, save_meshio, to_meshio, write_mesh
 from .neighbors import knn, knn_graph, radius, radius_graph
 from .partition import Partition, partition, patch_centroids
 from .quadrature import integrate, weighted_mean
 from .validation import validate_field, validate_mesh, validate_sample, validate_weights
-from .weights import knn_weights, quadrature_weights, voronoi_weights
+from .weights import knn_weights, node_average_weights, quadrature_weights, voronoi_weights
+
+
+def __getattr__(name: str):
+    """Load :mod:`~geoattn.mesh.families` (scikit-fem) on first access (PEP 562)."""
+    if name == "families":
+        return importlib.import_module(f"{__name__}.families")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
+    "CELL_DIMENSIONS",
     "CELL_TYPES",
     "MeshData",
     "Partition",
@@ -26,7 +41,9 @@ __all__ = [
     "knn_graph",
     "knn_weights",
     "lumped_mass",
+    "node_average_weights",
     "orient_cells",
+    "p1_gradients",
     "partition",
     "patch_centroids",
     "quadrature_weights",

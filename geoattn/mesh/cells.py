@@ -34,12 +34,25 @@ class CellType:
     simplex: bool
 
 
+#: Topological dimension of every meshio cell type a mesh file may hold. Only the types in
+#: :data:`CELL_TYPES` are supported; the others are known so that a reader can tell a mesh's
+#: top-dimensional cells from its boundary blocks, and name what it cannot read.
+CELL_DIMENSIONS: dict[str, int] = {
+    "vertex": 0, "line": 1, "line3": 1, "triangle": 2, "triangle6": 2, "triangle7": 2,
+    "quad": 2, "quad8": 2, "quad9": 2, "polygon": 2, "tetra": 3, "tetra10": 3, "hexahedron": 3,
+    "hexahedron20": 3, "hexahedron27": 3, "wedge": 3, "wedge15": 3, "pyramid": 3, "pyramid13": 3,
+}
+
+#: The supported cell types, by meshio name.
 CELL_TYPES: dict[str, CellType] = {
-    "line": CellType("line", 1, 2, True),
-    "triangle": CellType("triangle", 2, 3, True),
-    "quad": CellType("quad", 2, 4, False),
-    "tetra": CellType("tetra", 3, 4, True),
-    "hexahedron": CellType("hexahedron", 3, 8, False),
+    name: CellType(name, CELL_DIMENSIONS[name], num_vertices, simplex)
+    for name, num_vertices, simplex in (
+        ("line", 2, True),
+        ("triangle", 3, True),
+        ("quad", 4, False),
+        ("tetra", 4, True),
+        ("hexahedron", 8, False),
+    )
 }
 
 # Reference vertices of the tensor-product cells on [0, 1]^d, in meshio/VTK order.

@@ -5,16 +5,25 @@ Each function returns a :class:`meshio.Mesh` with positively oriented cells; fee
 a resolution ``n`` (cells per unit length), and :func:`refine` splits every cell into ``2^d``
 children (red refinement: about ``2^d`` times the nodes) on the same geometry, which is the
 "uniform refinement" convergence studies need even for irregular and graded meshes.
+
+This module needs scikit-fem (``pip install 'geoattn[data]'``); :mod:`geoattn.mesh` loads it on
+first use, so the rest of the package does not.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import meshio
-import skfem
 from scipy.spatial import Delaunay
 
-from .cells import orient_cells
+from ..optional import require
+from .cells import CELL_DIMENSIONS, orient_cells
+
+if TYPE_CHECKING:
+    import meshio
+
+skfem = require("skfem", "data", "geoattn.mesh.families (mesh families, refinement, Darcy data)")
 
 _SKFEM = {"line": skfem.MeshLine1, "triangle": skfem.MeshTri1, "quad": skfem.MeshQuad1,
           "tetra": skfem.MeshTet1, "hexahedron": skfem.MeshHex1}
@@ -23,6 +32,8 @@ _TO_MESHIO_HEX = [0, 3, 6, 2, 1, 5, 7, 4]
 
 
 def _mesh(points: np.ndarray, cells: np.ndarray, cell_type: str) -> meshio.Mesh:
+    import meshio
+
     points = np.asarray(points, dtype=float)
     return meshio.Mesh(points, [(cell_type, orient_cells(points, cells, cell_type))])
 
@@ -44,7 +55,7 @@ def to_skfem(mesh: meshio.Mesh):
     cells = np.asarray(block.data)
     if block.type == "hexahedron":
         cells = cells[:, np.argsort(_TO_MESHIO_HEX)]
-    dim = {"line": 1, "triangle": 2, "quad": 2, "tetra": 3, "hexahedron": 3}[block.type]
+    dim = CELL_DIMENSIONS[block.type]
     return _SKFEM[block.type](np.ascontiguousarray(mesh.points[:, :dim].T), np.ascontiguousarray(cells.T))
 
 
@@ -138,10 +149,7 @@ def disk_with_holes(h: float = 0.1) -> meshio.Mesh:
     Needs the ``gmsh`` Python package (``pip install geoattn[meshgen]``); the repository ships a
     pre-generated copy in ``meshes/``.
     """
-    try:
-        import gmsh
-    except ImportError as err:  # pragma: no cover - exercised only without gmsh
-        raise ImportError("disk_with_holes needs gmsh: pip install 'geoattn[meshgen]'") from err
+    gmsh = require("gmsh", "meshgen", "disk_with_holes")
     gmsh.initialize(["-noenv"])
     try:
         gmsh.option.setNumber("General.Terminal", 0)

@@ -11,25 +11,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import meshio
 import numpy as np
 import torch
 
 from ..errors import DimensionError, FieldLengthError, UnsupportedCellError
-from .cells import CELL_TYPES, orient_cells
+from .cells import CELL_DIMENSIONS, CELL_TYPES, orient_cells
 from .data import MeshData
 from .validation import validate_field, validate_mesh, validate_points
 from .weights import quadrature_weights
 
+if TYPE_CHECKING:  # meshio is imported where a mesh is built, read or written
+    import meshio
+
 log = logging.getLogger(__name__)
 
-# Topological dimension of meshio cell types we may meet; only those in CELL_TYPES are supported.
-_TOPOLOGICAL_DIM = {
-    "vertex": 0, "line": 1, "line3": 1, "triangle": 2, "triangle6": 2, "triangle7": 2,
-    "quad": 2, "quad8": 2, "quad9": 2, "polygon": 2, "tetra": 3, "tetra10": 3, "hexahedron": 3,
-    "hexahedron20": 3, "hexahedron27": 3, "wedge": 3, "wedge15": 3, "pyramid": 3, "pyramid13": 3,
-}
 
 def _names(spec: str | Sequence[str] | None) -> list[str]:
     if spec is None:
@@ -56,11 +53,11 @@ def _top_cells(mesh: meshio.Mesh) -> tuple[str | None, np.ndarray | None, list[i
     """Cell type, connectivity and block indices of the highest-dimensional cells."""
     dims = []
     for block in mesh.cells:
-        if block.type not in _TOPOLOGICAL_DIM:
+        if block.type not in CELL_DIMENSIONS:
             raise UnsupportedCellError(
                 f"unsupported cell type {block.type!r}; supported types are {sorted(CELL_TYPES)}"
             )
-        dims.append(_TOPOLOGICAL_DIM[block.type])
+        dims.append(CELL_DIMENSIONS[block.type])
     if not dims or max(dims) == 0:
         return None, None, []
     top = max(dims)
@@ -174,6 +171,8 @@ def to_meshio(data, point_data: Mapping[str, object] | None = None,
     ``"x"`` and ``"y"``) and its ``weight``, then ``point_data`` given here (which wins on a name
     clash); likewise for cell fields. Points keep their dimension.
     """
+    import meshio
+
     pos = _numpy(data.pos)
     n = pos.shape[0]
     fields: dict[str, np.ndarray] = {k: _numpy(v) for k, v in (getattr(data, "point_data", None) or {}).items()}
@@ -199,6 +198,8 @@ def to_meshio(data, point_data: Mapping[str, object] | None = None,
 
 def read_mesh(path: str | Path, **kwargs) -> MeshData:
     """Read any meshio-supported file into a validated :class:`MeshData` (see :func:`from_meshio`)."""
+    import meshio
+
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no mesh file at {path}")
@@ -226,6 +227,8 @@ def save_meshio(path: str | Path, mesh: meshio.Mesh, **kwargs) -> None:
     (it takes 1, 3 or 9) are split into scalar fields ``name[0]``, ``name[1]``, ..., and missing
     physical/geometrical tags are set to 1.
     """
+    import meshio
+
     path = Path(path)
     points = mesh.points
     if points.shape[1] < 3:

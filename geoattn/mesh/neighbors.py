@@ -69,60 +69,63 @@ def radius_graph(pos: torch.Tensor, r: float, batch: torch.Tensor | None = None,
     return _edges(np.concatenate(src), np.concatenate(dst), pos.device)
 
 
-def radius(pos_source: torch.Tensor, pos_target: torch.Tensor, r: float,
-           batch_source: torch.Tensor | None = None,
-           batch_target: torch.Tensor | None = None) -> torch.Tensor:
-    """Bipartite radius graph: every source node within distance :math:`r` of each target node.
+def _bipartite(pos: torch.Tensor, pos_query: torch.Tensor, batch: torch.Tensor | None,
+               batch_query: torch.Tensor | None, r: float = 0.0):
+    """Both node sets lifted apart by graph (see :func:`_lift`), after checking the batches."""
+    if (batch is None) != (batch_query is None):
+        raise ValueError("give both batch and batch_query, or neither")
+    gap = _gap(pos, pos_query, r=r)
+    return _lift(pos, batch, gap), _lift(pos_query, batch_query, gap)
+
+
+def radius(pos: torch.Tensor, pos_query: torch.Tensor, r: float,
+           batch: torch.Tensor | None = None,
+           batch_query: torch.Tensor | None = None) -> torch.Tensor:
+    """Bipartite radius graph: every source node within distance :math:`r` of each query node.
 
     Args:
-        pos_source: source coordinates ``[N_s, d]``.
-        pos_target: target coordinates ``[N_t, d]``.
+        pos: source coordinates ``[N, d]``.
+        pos_query: query coordinates ``[Nq, d]``.
         r: radius (``> 0``).
-        batch_source: graph index of each source node ``[N_s]`` (default ``None``).
-        batch_target: graph index of each target node ``[N_t]`` (required with ``batch_source``).
+        batch: graph index of each source node ``[N]`` (default ``None``).
+        batch_query: graph index of each query node ``[Nq]`` (required with ``batch``).
 
     Returns:
-        ``edge_index [2, E]``: row 0 indexes ``pos_source``, row 1 indexes ``pos_target``.
+        ``edge_index [2, E]``: row 0 indexes ``pos``, row 1 indexes ``pos_query``.
     """
     if r <= 0:
         raise ValueError(f"radius must be positive, got r={r}")
-    if (batch_source is None) != (batch_target is None):
-        raise ValueError("give both batch_source and batch_target, or neither")
-    gap = _gap(pos_source, pos_target, r=r)
-    ps, pt = _lift(pos_source, batch_source, gap), _lift(pos_target, batch_target, gap)
+    ps, pt = _bipartite(pos, pos_query, batch, batch_query, r)
     dist = cKDTree(pt).sparse_distance_matrix(cKDTree(ps), r, output_type="ndarray")
-    return _edges(dist["j"], dist["i"], pos_source.device)
+    return _edges(dist["j"], dist["i"], pos.device)
 
 
-def knn(pos_source: torch.Tensor, pos_target: torch.Tensor, k: int,
-        batch_source: torch.Tensor | None = None,
-        batch_target: torch.Tensor | None = None) -> torch.Tensor:
-    """The ``k`` nearest source nodes of every target node (bipartite kNN graph).
+def knn(pos: torch.Tensor, pos_query: torch.Tensor, k: int,
+        batch: torch.Tensor | None = None,
+        batch_query: torch.Tensor | None = None) -> torch.Tensor:
+    """The ``k`` nearest source nodes of every query node (bipartite kNN graph).
 
     Args:
-        pos_source: source coordinates ``[N_s, d]``.
-        pos_target: target coordinates ``[N_t, d]``.
-        k: neighbours per target node (at most the number of source nodes in its graph).
-        batch_source: graph index of each source node ``[N_s]`` (default ``None``).
-        batch_target: graph index of each target node ``[N_t]`` (required with ``batch_source``).
+        pos: source coordinates ``[N, d]``.
+        pos_query: query coordinates ``[Nq, d]``.
+        k: neighbours per query node (at most the number of source nodes in its graph).
+        batch: graph index of each source node ``[N]`` (default ``None``).
+        batch_query: graph index of each query node ``[Nq]`` (required with ``batch``).
 
     Returns:
-        ``edge_index [2, N_t * k]``: row 0 indexes ``pos_source``, row 1 indexes ``pos_target``.
+        ``edge_index [2, Nq * k]``: row 0 indexes ``pos``, row 1 indexes ``pos_query``.
     """
-    if (batch_source is None) != (batch_target is None):
-        raise ValueError("give both batch_source and batch_target, or neither")
-    if k < 1 or k > len(pos_source):
-        raise ValueError(f"k must be in [1, {len(pos_source)}] (number of source nodes), got k={k}")
-    gap = _gap(pos_source, pos_target)
-    ps, pt = _lift(pos_source, batch_source, gap), _lift(pos_target, batch_target, gap)
+    if k < 1 or k > len(pos):
+        raise ValueError(f"k must be in [1, {len(pos)}] (number of source nodes), got k={k}")
+    ps, pt = _bipartite(pos, pos_query, batch, batch_query)
     _, src = cKDTree(ps).query(pt, k=k, workers=-1)
-    src = np.asarray(src).reshape(len(pt), k)  # [N_t, k]
-    if batch_source is not None:
-        bs, bt = batch_source.cpu().numpy(), batch_target.cpu().numpy()
+    src = np.asarray(src).reshape(len(pt), k)  # [Nq, k]
+    if batch is not None:
+        bs, bt = batch.cpu().numpy(), batch_query.cpu().numpy()
         if (bs[src] != bt[:, None]).any():
             raise ValueError(f"some graph has fewer than k={k} source nodes")
     dst = np.repeat(np.arange(len(pt)), k)
-    return _edges(src.reshape(-1), dst, pos_source.device)
+    return _edges(src.reshape(-1), dst, pos.device)
 
 
 def knn_graph(pos: torch.Tensor, k: int, batch: torch.Tensor | None = None,

@@ -31,6 +31,7 @@ from scipy.sparse import coo_matrix, csr_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
+from ..optional import require
 from .neighbors import knn_graph
 from .quadrature import integrate
 
@@ -197,11 +198,7 @@ def mesh_graph(num_nodes: int, cells: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 def _metis(p: np.ndarray, w: np.ndarray, num_parts: int, cells, seed: int) -> np.ndarray:
-    try:
-        import pymetis
-    except ImportError as err:  # pragma: no cover - pymetis is a core dependency of the test setup
-        raise ImportError("METIS partitions need pymetis (pip install pymetis), "
-                          "or use method='rcb'") from err
+    pymetis = require("pymetis", "partition", "METIS partitions (method='rcb' works without it)")
     n = len(p)
     if num_parts == 1:
         return np.zeros(n, dtype=np.int64)

@@ -13,7 +13,7 @@ smooth integrand (``h`` a mesh size, ``N`` the number of nodes, ``d`` the dimens
 - ``"knn"``: :math:`|B(r_k)|/(k-1)`, ``r_k`` the distance to the ``k``-th neighbour (a density
   estimate); :math:`O(N^{-1/2})` for any smooth sampling density.
 - ``"monte_carlo"``: :math:`|D|/N`; :math:`O(N^{-1/2})` *only* for uniform sampling, biased
-  otherwise.
+  otherwise. :func:`node_average_weights` turns any weights into these, graph by graph.
 
 The Voronoi and kNN rules reflect the cloud across the faces of the box, which clips Voronoi cells
 to the box exactly and removes the boundary bias of the kNN volume estimate; both are then scaled
@@ -30,6 +30,7 @@ from scipy.spatial import ConvexHull, Voronoi, cKDTree
 
 from ..errors import DimensionError, MeshError
 from .cells import lumped_mass
+from .quadrature import integrate
 from .validation import validate_points
 
 RULES = ("lumped", "voronoi", "knn", "monte_carlo")
@@ -153,3 +154,27 @@ def quadrature_weights(pos, cells=None, cell_type: str | None = None, *, rule: s
     else:
         raise ValueError(f"unknown quadrature rule {rule!r}; choose one of {RULES}")
     return torch.as_tensor(w, dtype=dtype, device=device)
+
+
+def node_average_weights(weight: torch.Tensor, batch: torch.Tensor | None = None) -> torch.Tensor:
+    """Uniform weights :math:`|D_b| / N_b` on each graph ``b``, with the same total as ``weight``.
+
+    .. math::
+        \\bar w_i = \\frac{1}{N_b} \\sum_{j \\in b} w_j \\qquad (i \\in b),
+
+    so that a quadrature with them is the node average times the domain measure: the
+    ``"monte_carlo"`` rule, which ignores how the nodes are spread (the ablation of
+    :class:`~geoattn.train.NormalizedOperator` with ``unweighted=True``).
+
+    Args:
+        weight: quadrature weights ``[N]``.
+        batch: graph index of each node ``[N]`` (default ``None``: one graph).
+
+    Shapes:
+        - output: ``[N]``.
+    """
+    if batch is None:
+        return torch.ones_like(weight) * integrate(torch.ones_like(weight), weight) / weight.numel()
+    total = integrate(torch.ones_like(weight), weight, batch)  # [B]
+    count = integrate(torch.ones_like(weight), torch.ones_like(weight), batch)  # [B]
+    return (total / count)[batch]

@@ -1,14 +1,16 @@
 """The base class of every neural operator and the ``build_model`` registry.
 
-A model subclass registers itself by name (``class TNO(NeuralOperator, name="tno")``) and its
-constructor arguments are recorded automatically in ``model.hparams``, so a checkpoint stores
-``(name, hparams, state_dict)`` and :func:`build_model` rebuilds the model from them.
+A model subclass registers itself by name (``class TNO(NeuralOperator, name="tno")``) and the
+constructor arguments of every subclass are recorded automatically in ``model.hparams``, so a
+checkpoint stores ``(name, hparams, state_dict)`` and :func:`build_model` rebuilds the model from
+them. Only field-to-field models of the datasets (what ``geoattn train`` offers) are registered.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import logging
 from typing import Any
 
 import torch
@@ -18,13 +20,19 @@ from ..errors import ChannelError, DimensionError
 
 MODELS: dict[str, type[NeuralOperator]] = {}
 
+#: constructor arguments renamed since checkpoints were first written: old name -> new name
+RENAMED_ARGUMENTS = {"heads": "num_heads"}
+
+log = logging.getLogger(__name__)
+
 
 class NeuralOperator(nn.Module):
     """A map between functions discretised as ``(x [N, C_in], pos [N, d], weight [N])``.
 
     Subclasses take ``in_channels``, ``out_channels`` and ``dim`` (spatial dimension) first and
-    implement ``forward(x, pos, weight, batch=None, ...)``. :meth:`check_inputs` rejects inputs
-    of the wrong width or dimension with a typed error instead of a shape error inside torch.
+    implement ``forward(x, pos, weight, batch=None, *, ...)``, with any structure (a query mesh,
+    a partition) in keyword arguments. :meth:`check_inputs` rejects inputs of the wrong width or
+    dimension with a typed error instead of a shape error inside torch.
     """
 
     model_name: str = ""
@@ -32,12 +40,11 @@ class NeuralOperator(nn.Module):
 
     def __init_subclass__(cls, name: str | None = None, **kwargs):
         super().__init_subclass__(**kwargs)
-        if name is None:
-            return
-        if name in MODELS:
-            raise ValueError(f"model name {name!r} is already registered by {MODELS[name].__name__}")
-        MODELS[name] = cls
-        cls.model_name = name
+        if name is not None:
+            if name in MODELS:
+                raise ValueError(f"model name {name!r} is already registered by {MODELS[name].__name__}")
+            MODELS[name] = cls
+            cls.model_name = name
         init = cls.__init__
         signature = inspect.signature(init)
 
@@ -70,4 +77,10 @@ def build_model(name: str, **kwargs) -> NeuralOperator:
     """Build the model registered as ``name`` (``"tno"``, ``"galerkin"``, ...) from keyword arguments."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; available: {sorted(MODELS)}")
+    for old, new in RENAMED_ARGUMENTS.items():
+        if old in kwargs:
+            if new in kwargs:
+                raise ValueError(f"give {new!r} only ({old!r} is its former name)")
+            log.warning("model argument %r is now called %r", old, new)
+            kwargs[new] = kwargs.pop(old)
     return MODELS[name](**kwargs)

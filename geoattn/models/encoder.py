@@ -1,4 +1,5 @@
-"""Pieces shared by the encoder-type models: pointwise MLPs and the post-LayerNorm block."""
+"""Pieces shared by the encoder-type models: pointwise MLPs, the post-LayerNorm block, and the
+``lift -> blocks`` encoder with its cross-attention decoder."""
 
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ class EncoderBlock(nn.Module):
     so the only sums over nodes are the quadratures inside :math:`\\mathcal{A}`.
 
     Args:
-        mixer: a layer with ``forward(x, pos, weight, batch=None)`` (attention, integral operator).
+        mixer: a layer with ``forward(x, pos, weight, batch=None, *, ...)`` (attention, integral
+            operator); keyword arguments of the block's call (structure such as a partition)
+            are passed on to it.
         width: channel width ``C``.
         ff_mult: hidden size of :math:`F` as a multiple of ``C`` (default ``2``).
 
@@ -51,20 +54,67 @@ class EncoderBlock(nn.Module):
         self.norm2 = nn.LayerNorm(width)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                batch: torch.Tensor | None = None) -> torch.Tensor:
-        x = self.norm1(x + self.mixer(x, pos, weight, batch))
+                batch: torch.Tensor | None = None, **structure) -> torch.Tensor:
+        x = self.norm1(x + self.mixer(x, pos, weight, batch, **structure))
         return self.norm2(x + self.ff(x))
 
 
+DECODERS = ("pointwise", "cross")
+
+
 class EncoderOperator(NeuralOperator):
-    """Shared ``lift -> blocks`` path of the encoder models: subclasses set ``self.lift``
-    (a :class:`PointwiseMLP` on ``[x, pos]``) and ``self.blocks`` (:class:`EncoderBlock` list)."""
+    r"""Shared ``lift -> blocks`` path of the encoder models, and their cross-attention decoder.
+
+    Subclasses set ``self.lift`` (a :class:`PointwiseMLP` on ``[x, pos]``) and ``self.blocks``
+    (:class:`EncoderBlock` list). With ``decoder="cross"`` they call :meth:`build_cross_decoder`
+    with a cross-attention layer :math:`C` and read their output on a query mesh :math:`y` with
+    :meth:`decode_cross`: an embedding :math:`E` of the query coordinates attends to the encoder
+    features :math:`h` on the input mesh,
+
+    .. math::
+        z(y) = \operatorname{LN}\big(E(y) + C(E, h)(y)\big),
+
+    so the model answers on any mesh, including its input mesh.
+    """
 
     def encode(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-               batch: torch.Tensor | None = None) -> torch.Tensor:
-        """The encoder features ``[N, width]`` on the input mesh."""
+               batch: torch.Tensor | None = None, **structure) -> torch.Tensor:
+        """The encoder features ``[N, width]`` on the input mesh (``structure``: keyword
+        arguments of the blocks' mixers)."""
         self.check_inputs(x, pos)
         h = self.lift(torch.cat([x, pos], dim=-1))
         for block in self.blocks:
-            h = block(h, pos, weight, batch)
+            h = block(h, pos, weight, batch, **structure)
         return h
+
+    @staticmethod
+    def check_decoder(decoder: str) -> str:
+        """``decoder`` if it is one of :data:`DECODERS`, else a :class:`ValueError`."""
+        if decoder not in DECODERS:
+            raise ValueError(f"decoder must be one of {DECODERS}, got {decoder!r}")
+        return decoder
+
+    def build_cross_decoder(self, attention: nn.Module, width: int, dim: int) -> None:
+        """Create the query embedding :math:`E`, the cross-attention :math:`C` (a layer with the
+        query side in the keywords ``x_query``, ``pos_query``, ``batch_query``, ...) and the
+        LayerNorm of :meth:`decode_cross`."""
+        self.query_embed = PointwiseMLP(dim, width, width)
+        self.cross = attention
+        self.cross_norm = nn.LayerNorm(width)
+
+    def decode_cross(self, h: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
+                     batch: torch.Tensor | None, pos_query: torch.Tensor,
+                     batch_query: torch.Tensor | None, **query) -> torch.Tensor:
+        """Features ``[Nq, width]`` on the query nodes from the encoder features ``h`` on the
+        input mesh (``query``: further keywords of the cross-attention, e.g. the query weights
+        and patches)."""
+        q = self.query_embed(pos_query)
+        return self.cross_norm(q + self.cross(h, pos, weight, batch, x_query=q, pos_query=pos_query,
+                                              batch_query=batch_query, **query))
+
+    def check_query(self, pos_query: torch.Tensor | None) -> None:
+        """Refuse a query mesh when the model answers on its input mesh only."""
+        if self.decoder == "pointwise" and pos_query is not None:
+            raise ValueError(f"this {type(self).__name__} answers on its input mesh "
+                             "(decoder='pointwise'); build it with decoder='cross' to answer "
+                             "on a query mesh")

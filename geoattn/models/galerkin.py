@@ -33,7 +33,7 @@ class GalerkinTransformer(EncoderOperator, name="galerkin"):
         dim: spatial dimension ``d`` (default ``2``).
         width: encoder channels (default ``64``).
         depth: number of blocks (default ``3``).
-        heads: attention heads (default ``4``).
+        num_heads: attention heads (default ``4``).
         ff_mult: feed-forward hidden size as a multiple of ``width`` (default ``2``).
         attention: ``"galerkin"`` (default) or ``"fourier"``.
 
@@ -43,7 +43,7 @@ class GalerkinTransformer(EncoderOperator, name="galerkin"):
     """
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
-                 depth: int = 3, heads: int = 4, ff_mult: int = 2, attention: str = "galerkin"):
+                 depth: int = 3, num_heads: int = 4, ff_mult: int = 2, attention: str = "galerkin"):
         super().__init__()
         if attention not in _ATTENTION:
             raise ValueError(f"attention must be one of {sorted(_ATTENTION)}, got {attention!r}")
@@ -51,7 +51,7 @@ class GalerkinTransformer(EncoderOperator, name="galerkin"):
         layer = _ATTENTION[attention]
         self.lift = PointwiseMLP(in_channels + dim, width, width)
         self.blocks = nn.ModuleList(
-            EncoderBlock(layer(width, heads=heads, pos_dim=dim), width, ff_mult) for _ in range(depth))
+            EncoderBlock(layer(width, num_heads=num_heads, dim=dim), width, ff_mult) for _ in range(depth))
         self.project = PointwiseMLP(width, 2 * width, out_channels)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,

@@ -57,7 +57,7 @@ class GNO(NeuralOperator, name="gno"):
         edge_index = radius_graph(pos, self.radius, batch)
         h = self.lift(torch.cat([x, pos], dim=-1))
         for k, (kernel, linear) in enumerate(zip(self.kernels, self.linears)):
-            h = linear(h) + kernel(h, pos, weight, edge_index, f=x)
+            h = linear(h) + kernel(h, pos, weight, batch, edge_index=edge_index, f=x)
             if k < len(self.kernels) - 1:
                 h = F.gelu(h)
         return self.project(h)

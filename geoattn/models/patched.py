@@ -35,7 +35,8 @@ import torch
 from torch import nn
 
 from ..mesh.partition import Partition, partition as make_partition
-from ..nn.patch_attention import PatchAttention, PatchCrossAttention
+from ..nn.functional import graph_slices
+from ..nn.patch_attention import PatchAttention
 from ..nn.spectral import PatchSpectralIntegral, SpectralIntegral, SpectralSmoothing, resolved_modes
 from .encoder import EncoderBlock, EncoderOperator, PointwiseMLP
 
@@ -43,25 +44,25 @@ logger = logging.getLogger(__name__)
 
 
 class PatchIndex(NamedTuple):
-    """The patch structure of a (batched) mesh, passed to patch layers in place of ``batch``.
+    """The patch structure of a (batched) mesh, passed to :class:`PatchMixer` as the keyword
+    ``patches`` (the batch vector travels separately, as everywhere).
 
     Fields:
 
     - ``patch``: patch of every node within its graph ``[N]``, in ``[0, num_patches)``;
     - ``length``: patch length :math:`L` of every node's graph ``[N]``;
-    - ``batch``: graph of every node ``[N]``, or ``None`` for one graph;
     - ``num_patches``: patches per graph :math:`P`.
     """
 
     patch: torch.Tensor
     length: torch.Tensor
-    batch: torch.Tensor | None
     num_patches: int
 
 
 class PatchMixer(nn.Module):
-    r"""Runs a patch layer (``forward(x, pos, weight, patch, patch_length, batch, num_patches)``)
-    with a :class:`PatchIndex`, so that it fits :class:`~geoattn.models.encoder.EncoderBlock`.
+    r"""Runs a patch layer (:class:`~geoattn.nn.PatchAttention`,
+    :class:`~geoattn.nn.PatchSpectralIntegral`) with a :class:`PatchIndex` per mesh, so that it
+    fits :class:`~geoattn.models.encoder.EncoderBlock` and the cross decoder.
 
     Graphs with different patch lengths :math:`L_g` share one batched call: the coordinates of
     graph :math:`g` are divided by :math:`L_g` and its weights by :math:`L_g^d`, and the layer runs
@@ -69,11 +70,13 @@ class PatchMixer(nn.Module):
     which this change of units leaves unchanged.
 
     Args:
-        layer: :class:`~geoattn.nn.PatchAttention` or :class:`~geoattn.nn.PatchSpectralIntegral`.
+        layer: the patch layer.
 
     Shapes:
-        - ``x [N, C]``, ``pos [N, d]``, ``weight [N]``, ``index`` (:class:`PatchIndex`) to the
-          layer's output ``[N, C_out]``.
+        - ``x [N, C]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional) and the keyword
+          ``patches`` (:class:`PatchIndex`); for cross-attention the query side ``x_query``,
+          ``pos_query``, ``weight_query``, ``batch_query`` and ``patches_query``. Output: the
+          layer's, ``[N, C_out]`` or ``[Nq, C_out]``.
     """
 
     def __init__(self, layer: nn.Module):
@@ -81,28 +84,18 @@ class PatchMixer(nn.Module):
         self.layer = layer
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                index: PatchIndex) -> torch.Tensor:
-        pos, weight = _unit_length(pos, weight, index)
-        return self.layer(x, pos, weight, index.patch, 1.0, index.batch, index.num_patches)
-
-
-class PatchCrossMixer(PatchMixer):
-    """:class:`PatchMixer` for :class:`~geoattn.nn.PatchCrossAttention`: query nodes of one mesh
-    attend to the patches of the source mesh, each side with its :class:`PatchIndex`.
-
-    Shapes:
-        - query ``x_query [N_q, C]``, ``pos_query``, ``weight_query``, ``index_query``; source
-          ``x [N, C]``, ``pos``, ``weight``, ``index`` to ``[N_q, C]``.
-    """
-
-    def forward(self, x_query: torch.Tensor, pos_query: torch.Tensor, weight_query: torch.Tensor,
-                index_query: PatchIndex, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                index: PatchIndex) -> torch.Tensor:
-        pos_query, weight_query = _unit_length(pos_query, weight_query, index_query)
-        pos, weight = _unit_length(pos, weight, index)
-        return self.layer(x_query, pos_query, weight_query, index_query.patch, x, pos, weight,
-                          index.patch, 1.0, index_query.batch, index.batch,
-                          index_query.num_patches, index.num_patches)
+                batch: torch.Tensor | None = None, *, patches: PatchIndex,
+                x_query: torch.Tensor | None = None, pos_query: torch.Tensor | None = None,
+                weight_query: torch.Tensor | None = None, batch_query: torch.Tensor | None = None,
+                patches_query: PatchIndex | None = None) -> torch.Tensor:
+        pos, weight = _unit_length(pos, weight, patches)
+        kwargs = dict(patch=patches.patch, num_patches=patches.num_patches)
+        if x_query is not None:
+            pos_query, weight_query = _unit_length(pos_query, weight_query, patches_query)
+            kwargs.update(x_query=x_query, pos_query=pos_query, weight_query=weight_query,
+                          batch_query=batch_query, patch_query=patches_query.patch,
+                          num_patches_query=patches_query.num_patches)
+        return self.layer(x, pos, weight, batch, **kwargs)
 
 
 def _unit_length(pos: torch.Tensor, weight: torch.Tensor,
@@ -110,13 +103,6 @@ def _unit_length(pos: torch.Tensor, weight: torch.Tensor,
     """Coordinates and weights in units of each graph's patch length: ``pos / L``, ``w / L^d``."""
     length = index.length.to(pos.dtype)
     return pos / length.unsqueeze(-1), weight / length.pow(pos.shape[-1])
-
-
-def _graph_slices(num_nodes: int, batch: torch.Tensor | None, num_graphs: int | None = None) -> list[slice]:
-    """The node range of every graph of a PyG batch (contiguous per graph)."""
-    counts = [num_nodes] if batch is None else torch.bincount(batch, minlength=num_graphs or 0).tolist()
-    ends = torch.tensor(counts).cumsum(0).tolist()
-    return [slice(end - n, end) for n, end in zip(counts, ends)]
 
 
 class PatchedOperator(EncoderOperator):
@@ -139,7 +125,8 @@ class PatchedOperator(EncoderOperator):
 
     With ``decoder="cross"`` the output is read on a query mesh :math:`y` (nodes ``pos_query`` with
     weights ``weight_query``, assigned to the same patches) through one patched cross-attention
-    (:class:`~geoattn.nn.PatchCrossAttention`) from an embedding of the query coordinates:
+    (:class:`~geoattn.nn.PatchAttention` with a query side) from an embedding of the query
+    coordinates:
     :math:`z(y) = P\big(\operatorname{LN}(E(y) + C_P(E, h_{\text{depth}})(y))\big)`.
     """
 
@@ -147,7 +134,7 @@ class PatchedOperator(EncoderOperator):
     spectral_qkv: bool = False
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
-                 depth: int = 3, heads: int = 4, ff_mult: int = 2, num_patches: int = 16,
+                 depth: int = 3, num_heads: int = 4, ff_mult: int = 2, num_patches: int = 16,
                  modes: int = 4, partition_method: str = "rcb", final_modes: int | None = None,
                  decoder: str = "pointwise", smoothing_eps: float | None = None):
         super().__init__()
@@ -155,27 +142,24 @@ class PatchedOperator(EncoderOperator):
             raise ValueError(f"partition_method must be 'rcb' or 'metis', got {partition_method!r}")
         if num_patches < 1:
             raise ValueError(f"num_patches must be at least 1, got {num_patches}")
-        if decoder not in ("pointwise", "cross"):
-            raise ValueError(f"decoder must be 'pointwise' or 'cross', got {decoder!r}")
         if smoothing_eps is not None and final_modes is None:
             raise ValueError("smoothing_eps needs final_modes (the modes the smoothing keeps)")
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
-        self.num_patches, self.partition_method, self.decoder = num_patches, partition_method, decoder
+        self.num_patches, self.partition_method = num_patches, partition_method
+        self.decoder = self.check_decoder(decoder)
         self.modes = modes
         self._warned_resolution = False
         if self.spectral_lift:
             self.lift = PatchMixer(PatchSpectralIntegral(in_channels + dim, width, modes, dim))
         else:
             self.lift = PointwiseMLP(in_channels + dim, width, width)
-        self.blocks = nn.ModuleList(
-            EncoderBlock(PatchMixer(PatchAttention(width, heads=heads, modes=modes, dim=dim,
-                                                   spectral_qkv=self.spectral_qkv)), width, ff_mult)
-            for _ in range(depth))
+        def attention() -> PatchMixer:
+            return PatchMixer(PatchAttention(width, num_heads=num_heads, modes=modes, dim=dim,
+                                             spectral_qkv=self.spectral_qkv))
+
+        self.blocks = nn.ModuleList(EncoderBlock(attention(), width, ff_mult) for _ in range(depth))
         if decoder == "cross":
-            self.query_embed = PointwiseMLP(dim, width, width)
-            self.cross = PatchCrossMixer(PatchCrossAttention(width, heads=heads, modes=modes, dim=dim,
-                                                             spectral_qkv=self.spectral_qkv))
-            self.cross_norm = nn.LayerNorm(width)
+            self.build_cross_decoder(attention(), width, dim)
         self.project = PointwiseMLP(width, 2 * width, out_channels)
         self.final = self.smoothing = None
         if smoothing_eps is not None:
@@ -187,7 +171,7 @@ class PatchedOperator(EncoderOperator):
                    partition: Partition | None = None) -> list[Partition]:
         """The partition of every graph: ``partition`` for all, or each graph cut on the fly into
         ``num_patches`` parts by ``partition_method``."""
-        graphs = _graph_slices(len(pos), batch)
+        graphs = graph_slices(len(pos), batch)
         if partition is not None:
             return [partition] * len(graphs)
         return [make_partition(pos[g], weight[g], self.num_patches, method=self.partition_method)
@@ -201,17 +185,17 @@ class PatchedOperator(EncoderOperator):
             raise ValueError(f"all graphs of a batch need the same number of patches, got {num_patches}")
         patch = torch.zeros(len(pos), dtype=torch.long, device=pos.device)
         length = torch.ones(len(pos), dtype=pos.dtype, device=pos.device)
-        for g, part in zip(_graph_slices(len(pos), batch, len(parts)), parts):
+        for g, part in zip(graph_slices(len(pos), batch, len(parts)), parts):
             if g.stop > g.start:
                 patch[g] = part.transfer(pos[g])
                 length[g] = part.length
-        return PatchIndex(patch, length, batch, num_patches.pop())
+        return PatchIndex(patch, length, num_patches.pop())
 
-    def check_resolution(self, index: PatchIndex) -> bool:
+    def check_resolution(self, index: PatchIndex, batch: torch.Tensor | None = None) -> bool:
         """Whether every non-empty patch of ``index`` resolves the model's modes
         (:func:`~geoattn.nn.spectral.resolved_modes` of its node count is at least ``modes``);
         logs a warning, once per model, when one does not."""
-        segment = index.patch if index.batch is None else index.batch * index.num_patches + index.patch
+        segment = index.patch if batch is None else batch * index.num_patches + index.patch
         counts = torch.bincount(segment)
         counts = counts[counts > 0]
         if counts.numel() == 0:  # no nodes: nothing to resolve
@@ -230,29 +214,26 @@ class PatchedOperator(EncoderOperator):
         return ok
 
     def encode(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-               index: PatchIndex) -> torch.Tensor:
-        """The encoder features ``[N, width]`` on the input mesh with patches ``index``."""
+               batch: torch.Tensor | None = None, *, patches: PatchIndex) -> torch.Tensor:
+        """The encoder features ``[N, width]`` on the input mesh with patches ``patches``."""
         self.check_inputs(x, pos)
         u = torch.cat([x, pos], dim=-1)
-        h = self.lift(u, pos, weight, index) if self.spectral_lift else self.lift(u)
+        h = self.lift(u, pos, weight, batch, patches=patches) if self.spectral_lift else self.lift(u)
         for block in self.blocks:
-            h = block(h, pos, weight, index)
+            h = block(h, pos, weight, batch, patches=patches)
         return h
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                batch: torch.Tensor | None = None, partition: Partition | None = None,
+                batch: torch.Tensor | None = None, *, partition: Partition | None = None,
                 pos_query: torch.Tensor | None = None, weight_query: torch.Tensor | None = None,
                 batch_query: torch.Tensor | None = None) -> torch.Tensor:
         self.check_inputs(x, pos)
+        self.check_query(pos_query)
         parts = self.partitions(pos, weight, batch, partition)
         index = self.patch_index(pos, batch, parts)
-        self.check_resolution(index)
-        h = self.encode(x, pos, weight, index)
+        self.check_resolution(index, batch)
+        h = self.encode(x, pos, weight, batch, patches=index)
         if self.decoder == "pointwise":
-            if pos_query is not None:
-                raise ValueError(f"this {type(self).__name__} answers on its input mesh "
-                                 "(decoder='pointwise'); build it with decoder='cross' to answer "
-                                 "on a query mesh")
             z, pos_out, weight_out, batch_out = self.project(h), pos, weight, batch
         else:
             if pos_query is None:
@@ -261,9 +242,8 @@ class PatchedOperator(EncoderOperator):
                 raise ValueError("a query mesh needs its quadrature weights: pass weight_query "
                                  "(they place every query patch in its reference frame)")
             index_query = self.patch_index(pos_query, batch_query, parts)
-            q = self.query_embed(pos_query)
-            q = self.cross_norm(q + self.cross(q, pos_query, weight_query, index_query,
-                                               h, pos, weight, index))
+            q = self.decode_cross(h, pos, weight, batch, pos_query, batch_query, patches=index,
+                                  weight_query=weight_query, patches_query=index_query)
             z, pos_out, weight_out, batch_out = self.project(q), pos_query, weight_query, batch_query
         if self.final is not None:
             z = z + self.final(z, pos_out, weight_out, batch_out)
@@ -279,7 +259,7 @@ _ARGS = r"""
         dim: spatial dimension ``d`` (default ``2``).
         width: encoder channels ``C`` (default ``64``).
         depth: number of encoder blocks (default ``3``).
-        heads: attention heads (default ``4``).
+        num_heads: attention heads (default ``4``).
         ff_mult: feed-forward hidden size as a multiple of ``width`` (default ``2``).
         num_patches: patches per graph when no partition is passed (default ``16``).
         modes: Fourier modes :math:`K` per dimension on the reference patch (default ``4``, which
@@ -318,7 +298,7 @@ class ViTNO(PatchedOperator, name="vit"):
             \sum_m \widehat{Qh}_j(m)\cdot\overline{\widehat{Kh}_k(m)}\Big)\, Vh(k),
 
     followed by the encoder and projection of :class:`PatchedOperator`.
-    """ + _ARGS
+    """
 
     spectral_lift = True
 
@@ -341,6 +321,11 @@ class FANO(PatchedOperator, name="fano"):
         \qquad s_{jk} = \tau\, \mathrm{Re} \sum_m \widehat{Qh}_j(m)\cdot\overline{\widehat{Kh}_k(m)},
 
     followed by the encoder and projection of :class:`PatchedOperator`.
-    """ + _ARGS
+    """
 
     spectral_qkv = True
+
+
+for _model in (ViTNO, FANO):  # one argument list for both docstrings
+    _model.__doc__ += _ARGS
+del _model

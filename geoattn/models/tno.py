@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..nn.continuum_attention import ContinuumAttention, ContinuumCrossAttention
+from ..nn.continuum_attention import ContinuumAttention
 from .encoder import EncoderBlock, EncoderOperator, PointwiseMLP
 
 
@@ -39,7 +39,7 @@ class TNO(EncoderOperator, name="tno"):
         dim: spatial dimension ``d`` (default ``2``).
         width: channels of the encoder ``C`` (default ``64``).
         depth: number of encoder blocks (default ``3``).
-        heads: attention heads (default ``4``).
+        num_heads: attention heads (default ``4``).
         ff_mult: feed-forward hidden size as a multiple of ``width`` (default ``2``).
         dropout: attention dropout (default ``0.0``).
         decoder: ``"pointwise"`` (default) or ``"cross"``.
@@ -51,34 +51,27 @@ class TNO(EncoderOperator, name="tno"):
     """
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
-                 depth: int = 3, heads: int = 4, ff_mult: int = 2, dropout: float = 0.0,
+                 depth: int = 3, num_heads: int = 4, ff_mult: int = 2, dropout: float = 0.0,
                  decoder: str = "pointwise"):
         super().__init__()
-        if decoder not in ("pointwise", "cross"):
-            raise ValueError(f"decoder must be 'pointwise' or 'cross', got {decoder!r}")
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
-        self.decoder = decoder
+        self.decoder = self.check_decoder(decoder)
         self.lift = PointwiseMLP(in_channels + dim, width, width)
         self.blocks = nn.ModuleList(
-            EncoderBlock(ContinuumAttention(width, heads=heads, dropout=dropout), width, ff_mult)
+            EncoderBlock(ContinuumAttention(width, num_heads=num_heads, dropout=dropout), width, ff_mult)
             for _ in range(depth))
         if decoder == "cross":
-            self.query_embed = PointwiseMLP(dim, width, width)
-            self.cross = ContinuumCrossAttention(width, heads=heads, dropout=dropout)
-            self.cross_norm = nn.LayerNorm(width)
+            self.build_cross_decoder(ContinuumAttention(width, num_heads=num_heads, dropout=dropout),
+                                     width, dim)
         self.project = PointwiseMLP(width, 2 * width, out_channels)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                batch: torch.Tensor | None = None, pos_query: torch.Tensor | None = None,
+                batch: torch.Tensor | None = None, *, pos_query: torch.Tensor | None = None,
                 batch_query: torch.Tensor | None = None) -> torch.Tensor:
+        self.check_query(pos_query)
         h = self.encode(x, pos, weight, batch)
         if self.decoder == "pointwise":
-            if pos_query is not None:
-                raise ValueError("this TNO answers on its input mesh (decoder='pointwise'); "
-                                 "build it with decoder='cross' to answer on a query mesh")
             return self.project(h)
         if pos_query is None:
             pos_query, batch_query = pos, batch
-        q = self.query_embed(pos_query)
-        z = self.cross_norm(q + self.cross(q, pos_query, h, pos, weight, batch_query, batch))
-        return self.project(z)
+        return self.project(self.decode_cross(h, pos, weight, batch, pos_query, batch_query))

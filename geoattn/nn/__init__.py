@@ -1,25 +1,24 @@
 """Neural-operator layers on meshes and point clouds; every sum over nodes is a quadrature.
 
-:mod:`geoattn.nn.functional` holds the weighted-integral helpers the layers share.
+:mod:`geoattn.nn.functional` holds the weighted-integral and batch helpers the layers share.
+Every field-to-field layer is called as ``layer(x, pos, weight, batch=None, *, ...)``; a cross
+layer is the same class called with a query side (``x_query``, ``pos_query``, ``batch_query``).
+NAO's nonlocal attention lives with the rest of NAO in :mod:`geoattn.nao`.
 """
 
 from . import functional
-from .continuum_attention import ContinuumAttention, ContinuumCrossAttention
+from .continuum_attention import ContinuumAttention
 from .galerkin_attention import FourierAttention, GalerkinAttention
 from .graph_kernel import GraphKernelIntegral
-from .nonlocal_attention import NonlocalAttention
-from .patch_attention import PatchAttention, PatchCrossAttention
+from .patch_attention import PatchAttention
 from .spectral import PatchSpectralIntegral, SpectralIntegral, SpectralSmoothing
 
 __all__ = [
     "ContinuumAttention",
-    "ContinuumCrossAttention",
     "FourierAttention",
     "GalerkinAttention",
     "GraphKernelIntegral",
-    "NonlocalAttention",
     "PatchAttention",
-    "PatchCrossAttention",
     "PatchSpectralIntegral",
     "SpectralIntegral",
     "SpectralSmoothing",

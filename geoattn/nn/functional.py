@@ -11,6 +11,9 @@ quadrature :math:`\int_D f\,dy \approx \sum_j w_j f_j` is written once:
   :math:`\sum_j w_j e^{s_{ij}} v_j / \sum_l w_l e^{s_{il}}`, through
   :func:`torch.nn.functional.scaled_dot_product_attention` (fused kernels, no :math:`N \times N`
   matrix on the memory-efficient paths).
+- :func:`num_graphs` and :func:`graph_slices` are the batch bookkeeping every layer shares: how
+  many graphs a batch vector describes (one rule, also for empty batches) and the node range of
+  each graph.
 - :func:`weighted_gram` is the matrix-valued analogue of :func:`geoattn.mesh.integrate`,
   :math:`\int_D a(y)^\top b(y)\,dy \approx \sum_j w_j a_j^\top b_j` per graph, computed with one
   matrix product per graph (segment sums, no padding); :func:`segment_matmul` applies the per-graph
@@ -28,9 +31,11 @@ from torch_geometric.utils import to_dense_batch
 __all__ = [
     "DenseBatch",
     "dense_batch",
+    "graph_slices",
     "log_weight_bias",
     "num_graphs",
     "quadrature_attention",
+    "query_side",
     "segment_matmul",
     "weighted_gram",
 ]
@@ -47,9 +52,61 @@ class DenseBatch(NamedTuple):
 
 
 def num_graphs(*batches: torch.Tensor | None) -> int:
-    """Number of graphs ``B`` described by one or more (possibly ``None``) batch vectors."""
+    """Number of graphs ``B`` described by one or more batch vectors.
+
+    The one rule used everywhere in geoattn: a batch vector ``[N]`` holds the graph index of each
+    node, so it describes ``batch.max() + 1`` graphs; ``None`` means one graph, and so does a
+    batch vector with no nodes (a graph may be empty, a batch never has zero graphs). With
+    several vectors (the source and query sides of a cross-operator) the count is the largest.
+
+    Args:
+        *batches: graph index of each node ``[N]``, or ``None``.
+
+    Returns:
+        ``B >= 1``.
+    """
     sizes = [int(b.max()) + 1 for b in batches if b is not None and b.numel() > 0]
     return max(sizes, default=1)
+
+
+def graph_slices(num_nodes: int, batch: torch.Tensor | None = None,
+                 num_graphs: int | None = None) -> list[slice]:
+    """The node range of every graph of a PyG batch (its nodes are contiguous and sorted).
+
+    Args:
+        num_nodes: number of nodes ``N``.
+        batch: graph index of each node ``[N]``, sorted (``None``: one graph).
+        num_graphs: number of graphs ``B`` (default: :func:`num_graphs` of ``batch``); trailing
+            graphs without nodes get empty slices.
+
+    Returns:
+        ``B`` slices, graph ``g`` being ``x[slices[g]]``.
+    """
+    if batch is None:
+        return [slice(0, num_nodes)]
+    counts = torch.bincount(batch, minlength=_count_graphs(batch) if num_graphs is None else num_graphs)
+    ends = counts.cumsum(0).tolist()
+    return [slice(end - n, end) for n, end in zip(counts.tolist(), ends)]
+
+
+_count_graphs = num_graphs  # for the helpers whose argument of that name shadows it
+
+
+def query_side(x: torch.Tensor, pos: torch.Tensor | None, batch: torch.Tensor | None,
+               x_query: torch.Tensor | None, pos_query: torch.Tensor | None,
+               batch_query: torch.Tensor | None):
+    """The query side ``(x_query, pos_query, batch_query)`` of a layer call: the source side itself
+    without ``x_query`` (self-operator), else the given one, after checking that the keywords fit
+    together (no query nodes or batch without query features; both batch vectors or neither)."""
+    if x_query is None:
+        if pos_query is not None or batch_query is not None:
+            raise ValueError("pos_query/batch_query without x_query: pass the query features too")
+        return x, pos, batch
+    if (batch_query is None) != (batch is None):
+        raise ValueError("pass both batch and batch_query, or neither (one graph); "
+                         f"got batch={'None' if batch is None else 'a tensor'}, "
+                         f"batch_query={'None' if batch_query is None else 'a tensor'}")
+    return x_query, pos_query, batch_query
 
 
 def dense_batch(x: torch.Tensor, pos: torch.Tensor | None, weight: torch.Tensor,
@@ -137,8 +194,7 @@ def _segments(batch: torch.Tensor | None, n: int, num_graphs: int | None):
     """Node order sorting ``batch`` and the node count of each graph."""
     if batch is None:
         return None, [n]
-    b = num_graphs if num_graphs is not None else int(batch.max()) + 1 if n else 0
-    counts = torch.bincount(batch, minlength=b).tolist()
+    counts = [s.stop - s.start for s in graph_slices(n, batch, num_graphs)]
     sorted_already = n < 2 or bool((batch[1:] >= batch[:-1]).all())
     return (None if sorted_already else torch.argsort(batch, stable=True)), counts
 

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .functional import num_graphs, segment_matmul, weighted_gram
+from .functional import num_graphs, query_side, segment_matmul, weighted_gram
 
 __all__ = ["FourierAttention", "GalerkinAttention"]
 
@@ -25,18 +25,24 @@ class GalerkinAttention(nn.Module):
         = \big(Q\,(\tilde K^\top \operatorname{diag}(w)\, \tilde V)\big)_i ,
 
     which costs :math:`O(N d_k^2)` per head. The node coordinates are concatenated in front of
-    :math:`Q, \tilde K, \tilde V` in every head (``pos_dim > 0``), the heads are concatenated,
-    and one linear map returns to ``dim`` features. The :math:`Q, K, V` projections start from
+    :math:`Q, \tilde K, \tilde V` in every head (``dim > 0``), the heads are concatenated,
+    and one linear map returns to ``channels`` features. The :math:`Q, K, V` projections start from
     the diagonally dominant initialisation :math:`W = \eta U + \delta I` with :math:`U` Xavier
     uniform. Batches of meshes of different sizes are handled with per-graph sums, without
     padding.
 
+    With a query side (``x_query``, ``pos_query``, ``batch_query``) the layer is the cross form
+    :math:`z(x) = Q(u(x)) \int_E \tilde K(v(y))^\top \tilde V(v(y))\,dy`: keys and values from
+    the source function :math:`v` (``x`` on its mesh, with its weights), queries from the query
+    function :math:`u` on another mesh, the output on the query nodes.
+
     Args:
-        dim (int): feature size :math:`C`.
-        heads (int, optional): number of heads :math:`H`. (default: ``4``)
-        dim_head (int, optional): per-head size :math:`d_k` (default: ``dim // heads``).
-        pos_dim (int, optional): coordinate dimension :math:`d` concatenated to each head;
-            ``0`` concatenates nothing and ``pos`` may be ``None``. (default: ``0``)
+        channels (int): feature size :math:`C`.
+        num_heads (int, optional): number of heads :math:`H`. (default: ``4``)
+        head_channels (int, optional): per-head size :math:`d_k`
+            (default: ``channels // num_heads``).
+        dim (int, optional): spatial dimension :math:`d` of the coordinates concatenated to each
+            head; ``0`` concatenates nothing and ``pos`` may be ``None``. (default: ``0``)
         layer_norm (bool, optional): the per-head LayerNorm inside the attention; ``False`` gives
             the "regular" variant, to be followed by a post-LayerNorm outside. (default: ``True``)
         eps (float, optional): LayerNorm epsilon. (default: ``1e-5``)
@@ -44,31 +50,34 @@ class GalerkinAttention(nn.Module):
         init_diagonal (float, optional): diagonal weight :math:`\delta`. (default: ``1e-2``)
 
     Shapes:
-        - **input:** ``x [N, C]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional).
-        - **output:** ``[N, C]``.
+        - **input:** ``x [N, C]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional);
+          optionally the query side ``x_query [Nq, C]``, ``pos_query [Nq, d]``,
+          ``batch_query [Nq]`` (give both batch vectors or neither).
+        - **output:** ``[N, C]``, or ``[Nq, C]`` with a query side.
     """
 
     #: the projections normalised per head inside the attention
     normalized: tuple[str, ...] = ("k", "v")
 
-    def __init__(self, dim: int, heads: int = 4, dim_head: int | None = None, pos_dim: int = 0,
-                 layer_norm: bool = True, eps: float = 1e-5, init_gain: float = 1e-2,
+    def __init__(self, channels: int, num_heads: int = 4, head_channels: int | None = None,
+                 dim: int = 0, layer_norm: bool = True, eps: float = 1e-5, init_gain: float = 1e-2,
                  init_diagonal: float = 1e-2):
         super().__init__()
-        if dim_head is None and dim % heads:
-            raise ValueError(f"dim={dim} is not divisible by heads={heads}; pass dim_head")
-        self.dim, self.heads, self.pos_dim = dim, heads, pos_dim
-        self.dim_head = dim_head or dim // heads
+        if head_channels is None and channels % num_heads:
+            raise ValueError(f"channels={channels} is not divisible by num_heads={num_heads}; "
+                             "pass head_channels")
+        self.channels, self.num_heads, self.dim = channels, num_heads, dim
+        self.head_channels = head_channels or channels // num_heads
         self.layer_norm, self.eps = layer_norm, eps
         self.init_gain, self.init_diagonal = init_gain, init_diagonal
-        inner = heads * self.dim_head
-        self.to_q = nn.Linear(dim, inner)
-        self.to_k = nn.Linear(dim, inner)
-        self.to_v = nn.Linear(dim, inner)
-        shape = (len(self.normalized), heads, self.dim_head) if layer_norm else (0,)
+        inner = num_heads * self.head_channels
+        self.to_q = nn.Linear(channels, inner)
+        self.to_k = nn.Linear(channels, inner)
+        self.to_v = nn.Linear(channels, inner)
+        shape = (len(self.normalized), num_heads, self.head_channels) if layer_norm else (0,)
         self.norm_weight = nn.Parameter(torch.empty(shape))
         self.norm_bias = nn.Parameter(torch.empty(shape))
-        self.to_out = nn.Linear(heads * (self.dim_head + pos_dim), dim)
+        self.to_out = nn.Linear(num_heads * (self.head_channels + dim), channels)
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -82,29 +91,41 @@ class GalerkinAttention(nn.Module):
         nn.init.zeros_(self.norm_bias)
         self.to_out.reset_parameters()
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor | None, weight: torch.Tensor,
-                batch: torch.Tensor | None = None) -> torch.Tensor:
-        if self.pos_dim and (pos is None or pos.shape[-1] != self.pos_dim):
+    def _heads(self, x: torch.Tensor, pos: torch.Tensor | None,
+               names: tuple[str, ...]) -> dict[str, torch.Tensor]:
+        """The projections ``names`` of ``x`` per head ``[N, H, D (+ d)]``, normalised where the
+        variant says so, with the coordinates in front."""
+        if self.dim and (pos is None or pos.shape[-1] != self.dim):
             got = None if pos is None else tuple(pos.shape)
-            raise ValueError(f"pos must have shape [N, {self.pos_dim}], got {got}")
-        n, h, d = x.shape[0], self.heads, self.dim_head
-        qkv = {name: lin(x).view(n, h, d)  # (N, H, D)
-               for name, lin in (("q", self.to_q), ("k", self.to_k), ("v", self.to_v))}
-        if self.layer_norm:
-            for i, name in enumerate(self.normalized):
-                qkv[name] = (F.layer_norm(qkv[name], (d,), eps=self.eps) * self.norm_weight[i]
-                             + self.norm_bias[i])
-        if self.pos_dim:
-            p = pos.to(x.dtype)[:, None, :].expand(n, h, self.pos_dim)  # (N, H, d)
-            qkv = {name: torch.cat([p, t], dim=-1) for name, t in qkv.items()}  # (N, H, D + d)
-        b = None if batch is None else num_graphs(batch)
-        s = weighted_gram(qkv["k"], qkv["v"], weight, batch, b)  # ([B], H, D + d, D + d)
-        out = segment_matmul(qkv["q"], s, batch)  # (N, H, D + d)
-        return self.to_out(out.reshape(n, -1))  # (N, C)
+            raise ValueError(f"pos must have shape [N, {self.dim}], got {got}")
+        n, h, d = x.shape[0], self.num_heads, self.head_channels
+        out = {}
+        for name in names:
+            t = getattr(self, f"to_{name}")(x).view(n, h, d)  # (N, H, D)
+            if self.layer_norm and name in self.normalized:
+                i = self.normalized.index(name)
+                t = F.layer_norm(t, (d,), eps=self.eps) * self.norm_weight[i] + self.norm_bias[i]
+            if self.dim:
+                p = pos.to(x.dtype)[:, None, :].expand(n, h, self.dim)  # (N, H, d)
+                t = torch.cat([p, t], dim=-1)  # (N, H, D + d)
+            out[name] = t
+        return out
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor | None, weight: torch.Tensor,
+                batch: torch.Tensor | None = None, *, x_query: torch.Tensor | None = None,
+                pos_query: torch.Tensor | None = None,
+                batch_query: torch.Tensor | None = None) -> torch.Tensor:
+        x_query, pos_query, batch_query = query_side(x, pos, batch, x_query, pos_query, batch_query)
+        kv = self._heads(x, pos, ("k", "v"))
+        q = self._heads(x_query, pos_query, ("q",))["q"]
+        b = None if batch is None else num_graphs(batch, batch_query)
+        s = weighted_gram(kv["k"], kv["v"], weight, batch, b)  # ([B], H, D + d, D + d)
+        out = segment_matmul(q, s, batch_query)  # (Nq, H, D + d)
+        return self.to_out(out.reshape(q.shape[0], -1))  # (Nq, C)
 
     def extra_repr(self) -> str:
-        return (f"dim={self.dim}, heads={self.heads}, dim_head={self.dim_head}, "
-                f"pos_dim={self.pos_dim}, layer_norm={self.layer_norm}")
+        return (f"{self.channels}, num_heads={self.num_heads}, head_channels={self.head_channels}, "
+                f"dim={self.dim}, layer_norm={self.layer_norm}")
 
 
 class FourierAttention(GalerkinAttention):

@@ -24,7 +24,8 @@ class GraphKernelIntegral(MessagePassing):
     where :math:`\kappa_\theta(x, y, a, b) \in \mathbb{R}^{C_\text{out} \times C_\text{in}}` is a
     network (by default an MLP) of the two positions and optional node features :math:`f` (e.g. the
     input coefficient), and the ball is given as a radius graph
-    (:func:`geoattn.mesh.radius_graph`, or :func:`geoattn.mesh.radius` between two meshes). Unlike
+    (:func:`geoattn.mesh.radius_graph`, or :func:`geoattn.mesh.radius` from the source nodes to
+    the nodes of a query mesh, for the bipartite form). Unlike
     an unweighted mean over neighbours, the result does not depend on how densely the ball is
     sampled.
 
@@ -38,10 +39,11 @@ class GraphKernelIntegral(MessagePassing):
             default MLP (default ``None``).
 
     Shapes:
-        - **input:** ``x [N_s, C_in]``, ``pos [N_s, d]``, ``weight [N_s]``, ``edge_index [2, E]``
-          (row 0 source, row 1 target), ``f [N_s, F]`` (optional), and for the bipartite form
-          ``pos_target [N_t, d]``, ``f_target [N_t, F]``.
-        - **output:** ``[N_t, C_out]`` (``N_t = N_s`` without ``pos_target``).
+        - **input:** ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional and
+          unused: the edges never join two graphs), ``edge_index [2, E]`` (keyword; row 0 source,
+          row 1 query node), ``f [N, F]`` (optional), and for the bipartite form the query nodes
+          ``pos_query [Nq, d]`` and ``f_query [Nq, F]``.
+        - **output:** ``[Nq, C_out]`` (``Nq = N`` without ``pos_query``).
     """
 
     def __init__(self, in_channels: int, out_channels: int, dim: int, feature_channels: int = 0,
@@ -62,21 +64,21 @@ class GraphKernelIntegral(MessagePassing):
                 module.reset_parameters()
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                edge_index: torch.Tensor, f: torch.Tensor | None = None,
-                pos_target: torch.Tensor | None = None,
-                f_target: torch.Tensor | None = None) -> torch.Tensor:
+                batch: torch.Tensor | None = None, *, edge_index: torch.Tensor,
+                f: torch.Tensor | None = None, pos_query: torch.Tensor | None = None,
+                f_query: torch.Tensor | None = None) -> torch.Tensor:
         if weight.shape != (x.shape[0],):
             raise ValueError(f"weight must have shape [N] = [{x.shape[0]}], got {tuple(weight.shape)}")
         if f is None and self.feature_channels:
             raise ValueError(f"the kernel expects f with {self.feature_channels} channels")
-        if pos_target is None:
-            pos_target, f_target = pos, f
-        elif f is not None and f_target is None:
-            raise ValueError("bipartite call with source features f needs f_target too")
+        if pos_query is None:
+            pos_query, f_query = pos, f
+        elif f is not None and f_query is None:
+            raise ValueError("bipartite call with source features f needs f_query too")
         if f is None:
-            f, f_target = pos.new_zeros(len(pos), 0), pos.new_zeros(len(pos_target), 0)
-        size = (len(pos), len(pos_target))
-        return self.propagate(edge_index, x=x, pos=(pos, pos_target), f=(f, f_target),
+            f, f_query = pos.new_zeros(len(pos), 0), pos.new_zeros(len(pos_query), 0)
+        size = (len(pos), len(pos_query))
+        return self.propagate(edge_index, x=x, pos=(pos, pos_query), f=(f, f_query),
                               weight=weight, size=size)
 
     def message(self, x_j: torch.Tensor, pos_i: torch.Tensor, pos_j: torch.Tensor,

@@ -1,4 +1,5 @@
-r"""Patched attention on graph partitions: softmax over patches, L2 scores through Fourier coefficients."""
+r"""Patched attention on graph partitions (self and cross in one layer): softmax over patches, L2
+scores through Fourier coefficients."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from geoattn.mesh.quadrature import integrate
 
 from .spectral import ModeLinear, fourier_coefficients, fourier_evaluate, fourier_modes, patch_frame
 
-__all__ = ["PatchAttention", "PatchCrossAttention"]
+__all__ = ["PatchAttention"]
 
 
 class PatchAttention(nn.Module):
-    r"""Multi-head patched self-attention with patches given by a mesh partition.
+    r"""Multi-head patched attention (self or cross) with patches given by a mesh partition.
 
     Patched attention (Definitions 13–14 of Calvello et al., *Continuum Attention for Neural
     Operators*) treats the restriction :math:`\tilde u(p) = u|_{D_p}` of a function to each patch as
@@ -54,9 +55,23 @@ class PatchAttention(nn.Module):
     (:class:`~geoattn.nn.spectral.ModeLinear`; Fourier attention neural operator). The cost is
     :math:`O(N M C + B P^2 M C)` for :math:`M = (2K+1)^d` modes and :math:`P` patches.
 
+    With a query side (``x_query``, ``pos_query``, ``weight_query``, ``patch_query``) the layer is
+    patched cross-attention (Definitions 17–18): the patches :math:`j` of the query function
+    :math:`u` on one mesh attend to the patches :math:`k` of the source function :math:`v` (``x``)
+    on another,
+
+    .. math::
+        \mathrm{out}_i = W_O\, \mathrm{Re} \sum_m \Big(\sum_{k=1}^{O}
+        \mathrm{softmax}_k(s_{jk})\, \widehat{V v}_k(m)\Big) e^{2\pi i\, m \cdot \xi_i},
+        \qquad
+        s_{jk} = \tau\, \mathrm{Re} \sum_m \widehat{Q u}_j(m) \cdot \overline{\widehat{K v}_k(m)},
+
+    for node :math:`i` in query patch :math:`j`, both meshes seen in the reference box of side
+    ``patch_length``. The number of query patches :math:`P` and source patches :math:`O` may differ.
+
     Args:
-        channels: model width :math:`C` (a multiple of ``heads``).
-        heads: number of heads :math:`H` (default 1); :math:`d_k = C/H`.
+        channels: model width :math:`C` (a multiple of ``num_heads``).
+        num_heads: number of heads :math:`H` (default 1); :math:`d_k = C/H`.
         modes: :math:`K` per dimension (int or one per dimension, default 2).
         dim: spatial dimension :math:`d` (default 2).
         spectral_qkv: per-mode complex :math:`Q, K, V` (FANO) instead of pointwise (default
@@ -64,21 +79,24 @@ class PatchAttention(nn.Module):
         scale: score temperature :math:`\tau` (default :math:`1/\sqrt{d_k}`).
 
     Shapes:
-        - **input:** ``x [N, C]``, ``pos [N, d]``, ``weight [N]``, ``patch [N]`` (patch index within
-          its graph, in ``[0, P)``), ``patch_length`` (float), ``batch [N]`` (optional),
-          ``num_patches`` (optional :math:`P`).
-        - **output:** ``[N, C]``.
+        - **input:** ``x [N, C]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional), and
+          the keywords ``patch [N]`` (patch index within its graph, in ``[0, P)``),
+          ``patch_length`` (float, default ``1``), ``num_patches`` (optional :math:`P`); for
+          cross-attention the query side ``x_query [Nq, C]``, ``pos_query [Nq, d]``,
+          ``weight_query [Nq]``, ``patch_query [Nq]``, ``batch_query [Nq]`` (give both batch
+          vectors or neither) and ``num_patches_query``.
+        - **output:** ``[N, C]``, or ``[Nq, C]`` with a query side.
     """
 
-    def __init__(self, channels: int, heads: int = 1, modes: int | Sequence[int] = 2, dim: int = 2,
+    def __init__(self, channels: int, num_heads: int = 1, modes: int | Sequence[int] = 2, dim: int = 2,
                  spectral_qkv: bool = False, scale: float | None = None):
         super().__init__()
-        if channels % heads:
-            raise ValueError(f"channels ({channels}) must be a multiple of heads ({heads})")
-        self.channels, self.heads, self.modes, self.dim = channels, heads, modes, dim
+        if channels % num_heads:
+            raise ValueError(f"channels ({channels}) must be a multiple of num_heads ({num_heads})")
+        self.channels, self.num_heads, self.modes, self.dim = channels, num_heads, modes, dim
         self.spectral_qkv = spectral_qkv
-        self.head_dim = channels // heads
-        self.scale = scale if scale is not None else 1.0 / math.sqrt(self.head_dim)
+        self.head_channels = channels // num_heads
+        self.scale = scale if scale is not None else 1.0 / math.sqrt(self.head_channels)
         self.register_buffer("mode_index", fourier_modes(modes, dim), persistent=False)
         num_modes = len(self.mode_index)
 
@@ -114,7 +132,7 @@ class PatchAttention(nn.Module):
         """
         b, pq, m, _ = coeff_q.shape
         ps = coeff_s.shape[1]
-        h, dk = self.heads, self.head_dim
+        h, dk = self.num_heads, self.head_channels
         q = self._project(self.q, coeff_q).view(b, pq, m, h, dk)
         k = self._project(self.k, coeff_s).view(b, ps, m, h, dk)
         v = self._project(self.v, coeff_s).view(b, ps, m, h, dk)
@@ -124,7 +142,7 @@ class PatchAttention(nn.Module):
         mixed = torch.einsum("bhjk,bkmhc->bjmhc", attn, v)  # (B, Pq, M, H, dk)
         return mixed.reshape(b, pq, m, self.channels)
 
-    def _coefficients(self, x, pos, weight, patch, patch_length, batch, num_patches):
+    def _coefficients(self, x, pos, weight, batch, patch, patch_length, num_patches):
         p = num_patches if num_patches is not None else int(patch.max()) + 1
         frame = patch_frame(pos, weight, patch, patch_length, batch, p)
         coeff = fourier_coefficients(x, weight, frame, self.mode_index)  # (B*P, M, C)
@@ -132,57 +150,33 @@ class PatchAttention(nn.Module):
         b = frame.num_segments // p
         return frame, coeff.view(b, p, *coeff.shape[1:]), mass.view(b, p)
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor, patch: torch.Tensor,
-                patch_length: float, batch: torch.Tensor | None = None,
-                num_patches: int | None = None) -> torch.Tensor:
-        frame, coeff, mass = self._coefficients(x, pos, weight, patch, patch_length, batch, num_patches)
-        mixed = self.attend(coeff, coeff, mass)  # (B, P, M, C)
-        out = fourier_evaluate(mixed.flatten(0, 1), frame, self.mode_index)  # (N, C)
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
+                batch: torch.Tensor | None = None, *, patch: torch.Tensor,
+                patch_length: float = 1.0, num_patches: int | None = None,
+                x_query: torch.Tensor | None = None, pos_query: torch.Tensor | None = None,
+                weight_query: torch.Tensor | None = None, patch_query: torch.Tensor | None = None,
+                batch_query: torch.Tensor | None = None,
+                num_patches_query: int | None = None) -> torch.Tensor:
+        frame, coeff, mass = self._coefficients(x, pos, weight, batch, patch, patch_length,
+                                                num_patches)
+        if x_query is None:
+            if any(t is not None for t in (pos_query, weight_query, patch_query, batch_query,
+                                           num_patches_query)):
+                raise ValueError("query keywords without x_query: pass x_query too")
+            coeff_q = coeff
+        else:
+            if any(t is None for t in (pos_query, weight_query, patch_query)):
+                raise ValueError("a query side needs x_query, pos_query, weight_query and patch_query")
+            if (batch_query is None) != (batch is None):
+                raise ValueError("give both batch and batch_query, or neither")
+            frame, coeff_q, _ = self._coefficients(x_query, pos_query, weight_query, batch_query,
+                                                   patch_query, patch_length, num_patches_query)
+            if coeff_q.shape[0] != coeff.shape[0]:
+                raise ValueError(f"query has {coeff_q.shape[0]} graphs, source {coeff.shape[0]}")
+        mixed = self.attend(coeff_q, coeff, mass)  # (B, P, M, C)
+        out = fourier_evaluate(mixed.flatten(0, 1), frame, self.mode_index)  # (Nq, C)
         return self.out(out)
 
     def extra_repr(self) -> str:
-        return (f"{self.channels}, heads={self.heads}, modes={self.modes}, dim={self.dim}, "
+        return (f"{self.channels}, num_heads={self.num_heads}, modes={self.modes}, dim={self.dim}, "
                 f"spectral_qkv={self.spectral_qkv}")
-
-
-class PatchCrossAttention(PatchAttention):
-    r"""Patched cross-attention (Definitions 17–18): query patches of one mesh attend to the source
-    patches of another.
-
-    .. math::
-        \mathrm{out}_i = W_O\, \mathrm{Re} \sum_m \Big(\sum_{k=1}^{O}
-        \mathrm{softmax}_k(s_{jk})\, \widehat{V v}_k(m)\Big) e^{2\pi i\, m \cdot \xi_i},
-        \qquad
-        s_{jk} = \tau\, \mathrm{Re} \sum_m \widehat{Q u}_j(m) \cdot \overline{\widehat{K v}_k(m)},
-
-    for node :math:`i` in query patch :math:`j`, with the coefficients of :class:`PatchAttention` on
-    each mesh (both in the reference box of side ``patch_length``). The number of query patches
-    :math:`P` and source patches :math:`O` may differ.
-
-    Args:
-        as :class:`PatchAttention`.
-
-    Shapes:
-        - **input:** query ``x_query [N_q, C]``, ``pos_query``, ``weight_query``, ``patch_query``;
-          source ``x_source [N_s, C]``, ``pos_source``, ``weight_source``, ``patch_source``;
-          ``patch_length``; optional ``batch_query``, ``batch_source`` (both or neither),
-          ``num_patches_query``, ``num_patches_source``.
-        - **output:** ``[N_q, C]``.
-    """
-
-    def forward(self, x_query: torch.Tensor, pos_query: torch.Tensor, weight_query: torch.Tensor,
-                patch_query: torch.Tensor, x_source: torch.Tensor, pos_source: torch.Tensor,
-                weight_source: torch.Tensor, patch_source: torch.Tensor, patch_length: float,
-                batch_query: torch.Tensor | None = None, batch_source: torch.Tensor | None = None,
-                num_patches_query: int | None = None,
-                num_patches_source: int | None = None) -> torch.Tensor:
-        if (batch_query is None) != (batch_source is None):
-            raise ValueError("give both batch_query and batch_source, or neither")
-        frame, coeff_q, _ = self._coefficients(x_query, pos_query, weight_query, patch_query,
-                                               patch_length, batch_query, num_patches_query)
-        _, coeff_s, mass_s = self._coefficients(x_source, pos_source, weight_source, patch_source,
-                                                patch_length, batch_source, num_patches_source)
-        if coeff_q.shape[0] != coeff_s.shape[0]:
-            raise ValueError(f"query has {coeff_q.shape[0]} graphs, source {coeff_s.shape[0]}")
-        mixed = self.attend(coeff_q, coeff_s, mass_s)
-        return self.out(fourier_evaluate(mixed.flatten(0, 1), frame, self.mode_index))

@@ -30,7 +30,7 @@ from torch import nn
 
 from geoattn.mesh.partition import patch_centroids
 
-from .functional import segment_matmul, weighted_gram
+from .functional import num_graphs as count_graphs, segment_matmul, weighted_gram
 
 __all__ = [
     "FourierFrame",
@@ -127,7 +127,7 @@ def box_frame(pos: torch.Tensor, batch: torch.Tensor | None = None, num_graphs: 
     """
     if batch is None:
         batch = torch.zeros(len(pos), dtype=torch.long, device=pos.device)
-    b = num_graphs if num_graphs is not None else int(batch.max()) + 1 if len(batch) else 1
+    b = num_graphs if num_graphs is not None else count_graphs(batch)
     if box is None:
         box = bounding_box(pos, batch, b)
     lo, hi = box
@@ -171,7 +171,7 @@ def patch_frame(pos: torch.Tensor, weight: torch.Tensor, patch: torch.Tensor, pa
     """
     p = num_patches if num_patches is not None else int(patch.max()) + 1
     segment = patch if batch is None else batch * p + patch
-    num_segments = p if batch is None else (int(batch.max()) + 1) * p
+    num_segments = count_graphs(batch) * p
     centroid = patch_centroids(pos, weight, segment, num_segments)  # (S, d)
     xi = (pos - centroid[segment]) / patch_length
     volume = torch.full((num_segments,), float(patch_length) ** pos.shape[1], dtype=pos.dtype,
@@ -294,8 +294,9 @@ class SpectralIntegral(nn.Module):
 
     Shapes:
         - **input:** ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional),
-          ``pos_out [N_out, d]`` and ``batch_out [N_out]`` (optional; default: the input nodes).
-        - **output:** ``[N_out, C_out]``.
+          and the output points ``pos_query [Nq, d]`` and ``batch_query [Nq]`` (optional keywords;
+          default: the input nodes).
+        - **output:** ``[Nq, C_out]``.
     """
 
     def __init__(self, in_channels: int, out_channels: int, modes: int | Sequence[int], dim: int):
@@ -313,20 +314,24 @@ class SpectralIntegral(nn.Module):
         return self.mix(coeff)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                batch: torch.Tensor | None = None, pos_out: torch.Tensor | None = None,
-                batch_out: torch.Tensor | None = None) -> torch.Tensor:
+                batch: torch.Tensor | None = None, *, pos_query: torch.Tensor | None = None,
+                batch_query: torch.Tensor | None = None) -> torch.Tensor:
         if pos.shape[-1] != self.dim:
             raise ValueError(f"pos has dimension {pos.shape[-1]}, the layer was built for dim={self.dim}")
-        if pos_out is not None and (batch is None) != (batch_out is None):
-            raise ValueError("give both batch and batch_out, or neither")
-        b = 1 if batch is None else int(batch.max()) + 1
+        if pos_query is None and batch_query is not None:
+            raise ValueError("batch_query without pos_query: pass the output points too")
+        if pos_query is not None and (batch is None) != (batch_query is None):
+            raise ValueError("give both batch and batch_query, or neither")
+        b = count_graphs(batch)
+        if batch_query is not None and count_graphs(batch_query) > b:
+            raise ValueError(f"batch_query names {count_graphs(batch_query)} graphs, the input has {b}")
         if batch is None:
             batch = torch.zeros(len(pos), dtype=torch.long, device=pos.device)
         lo, hi = bounding_box(pos, batch, b, weight)
         frame = box_frame(pos, batch, b, box=(lo, hi))
         coeff = self.multiply(fourier_coefficients(x, weight, frame, self.mode_index), hi - lo)
-        if pos_out is not None:
-            frame = box_frame(pos_out, batch_out, b, box=(lo, hi))
+        if pos_query is not None:
+            frame = box_frame(pos_query, batch_query, b, box=(lo, hi))
         return fourier_evaluate(coeff, frame, self.mode_index)
 
     def extra_repr(self) -> str:
@@ -398,14 +403,15 @@ class PatchSpectralIntegral(SpectralIntegral):
         in_channels, out_channels, modes, dim: as :class:`SpectralIntegral`.
 
     Shapes:
-        - **input:** ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``patch [N]`` (index within
-          the graph), ``patch_length`` (float), ``batch [N]`` (optional).
+        - **input:** ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional),
+          and the keywords ``patch [N]`` (patch index within the graph), ``patch_length``
+          (float, default ``1``) and ``num_patches`` (optional :math:`P`).
         - **output:** ``[N, C_out]``.
     """
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor, patch: torch.Tensor,
-                patch_length: float, batch: torch.Tensor | None = None,
-                num_patches: int | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
+                batch: torch.Tensor | None = None, *, patch: torch.Tensor,
+                patch_length: float = 1.0, num_patches: int | None = None) -> torch.Tensor:
         frame = patch_frame(pos, weight, patch, patch_length, batch, num_patches)
         coeff = self.mix(fourier_coefficients(x, weight, frame, self.mode_index))
         return fourier_evaluate(coeff, frame, self.mode_index)

@@ -13,12 +13,10 @@ cells. Each sample of a batch gets its own ratio; ``reduction`` combines the per
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch_geometric.utils import scatter
 
-from ..mesh import integrate
+from ..mesh import integrate, p1_gradients
 
 
 def _reduce(value: torch.Tensor, reduction: str) -> torch.Tensor:
@@ -64,35 +62,6 @@ def relative_l2(pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor,
     num = _squared_norm(pred - target, weight, batch, num_graphs)
     den = _squared_norm(target, weight, batch, num_graphs)
     return _reduce(torch.sqrt(num / (den + eps)), reduction)
-
-
-def p1_gradients(values: torch.Tensor, pos: torch.Tensor, cells: torch.Tensor
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Constant gradients of the piecewise-linear interpolant on each simplex cell.
-
-    On a cell with vertices :math:`v_0, \\dots, v_d` and Jacobian
-    :math:`J = [v_1 - v_0, \\dots, v_d - v_0]`, the gradient :math:`g` solves
-    :math:`J^\\top g = (u_k - u_0)_{k=1..d}`; the cell volume is :math:`|\\det J| / d!`.
-
-    Args:
-        values: nodal values ``[N, C]``.
-        pos: node coordinates ``[N, d]``.
-        cells: simplex cells ``[M, d + 1]`` (lines, triangles, tetrahedra).
-
-    Shapes:
-        - output: gradients ``[M, C, d]`` and cell volumes ``[M]``.
-    """
-    d = pos.shape[1]
-    if cells.shape[1] != d + 1:
-        raise ValueError(f"P1 gradients need simplex cells with {d + 1} vertices in {d}-D, "
-                         f"got cells with {cells.shape[1]} vertices")
-    values = values.reshape(values.shape[0], -1)  # [N, C]
-    verts = pos[cells]  # [M, d+1, d]
-    jac_t = (verts[:, 1:] - verts[:, :1])  # [M, d, d], rows are edge vectors = J^T
-    du = values[cells[:, 1:]] - values[cells[:, :1]]  # [M, d, C]
-    grad = torch.linalg.solve(jac_t, du).transpose(1, 2)  # [M, C, d]
-    volume = torch.linalg.det(jac_t).abs() / math.factorial(d)
-    return grad, volume
 
 
 def relative_h1(pred: torch.Tensor, target: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,

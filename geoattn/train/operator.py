@@ -5,17 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..mesh import integrate
+from ..mesh import node_average_weights
 from .normalizer import GaussianNormalizer
-
-
-def node_average_weights(weight: torch.Tensor, batch: torch.Tensor | None = None) -> torch.Tensor:
-    """Uniform weights :math:`|D_b| / N_b` per graph, with the same total as ``weight``."""
-    if batch is None:
-        return torch.ones_like(weight) * integrate(torch.ones_like(weight), weight) / weight.numel()
-    total = integrate(torch.ones_like(weight), weight, batch)  # [B]
-    count = integrate(torch.ones_like(weight), torch.ones_like(weight), batch)  # [B]
-    return (total / count)[batch]
 
 
 class NormalizedOperator(nn.Module):
@@ -28,7 +19,7 @@ class NormalizedOperator(nn.Module):
     ``decode`` (both :class:`GaussianNormalizer`, identity until fitted).
 
     With ``unweighted=True`` the model sees the node-average weights
-    :math:`w_i = |D| / N` in place of the quadrature weights (the ablation that shows why the
+    :math:`w_i = |D| / N` (:func:`~geoattn.mesh.node_average_weights`) in place of the quadrature weights (the ablation that shows why the
     weights matter: on a graded mesh it over-weights the refined region).
 
     Args:

@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch_geometric.data import Batch
-from tqdm.auto import tqdm
 
 from ..errors import NonFiniteLossError
+from ..optional import progress as progress_bar
 from .checkpoint import load_checkpoint, operator_payload, save_checkpoint
 from .loss import relative_h1, relative_l2
 from .operator import NormalizedOperator
@@ -72,7 +72,7 @@ class Trainer:
         clip: maximum gradient norm (default ``1.0``; ``None``: no clipping).
         h1: train on the relative :math:`H^1` error (default ``False``).
         seed: seed of the shuffles and dropout draws (default ``0``).
-        progress: show a progress bar (default ``True``).
+        progress: show a progress bar, with tqdm (the ``progress`` extra) (default ``True``).
     """
 
     def __init__(self, operator: NormalizedOperator, out_dir: str | Path | None = None, *,
@@ -129,8 +129,8 @@ class Trainer:
         step_model = op
         if self.world > 1:
             step_model = torch.nn.parallel.DistributedDataParallel(op)
-        bar = tqdm(total=(self.epochs - start) * steps, disable=not self.progress or self.rank != 0,
-                   desc="train", unit="step", leave=False)
+        bar = progress_bar(total=(self.epochs - start) * steps, enabled=self.progress and self.rank == 0,
+                           desc="train", unit="step", leave=False)
         for epoch in range(start, self.epochs):
             tic = time.perf_counter()
             torch.manual_seed(self.seed * 100_003 + epoch)

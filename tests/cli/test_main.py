@@ -1,3 +1,5 @@
+import sys
+
 import pytest
 
 import geoattn
@@ -24,3 +26,12 @@ def test_info_reports_measure(meshes_dir, capsys):
 def test_info_bad_file_is_one_line_error(tmp_path, capsys):
     assert main(["info", str(tmp_path / "none.vtu")]) == 2
     assert "no mesh file" in capsys.readouterr().err
+
+
+def test_missing_extra_is_one_line_error(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "skfem", None)  # as if scikit-fem were not installed
+    for name in [m for m in sys.modules if m.startswith(("geoattn.data", "geoattn.mesh.families"))]:
+        monkeypatch.delitem(sys.modules, name)
+    assert main(["generate", "--mesh", "a.vtu", "--n", "1", "--out", str(tmp_path / "d.h5")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'scikit-fem'" in err and "pip install 'geoattn[data]'" in err

@@ -76,3 +76,23 @@ def test_mismatched_inputs_give_one_line_errors(trained, tmp_path, capsys):
     assert main(["predict", "--checkpoint", str(tmp_path / "bad.pt"), "--mesh", str(tmp_path / "sq.vtu"),
                  "--field", "v", "-o", str(tmp_path / "o.vtu")]) == 2
     assert "corrupted" in capsys.readouterr().err
+
+
+def test_train_offers_field_to_field_models_only(capsys):
+    """NAO learns in context from pairs: ``geoattn train`` does not offer it (argparse exit 2)."""
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "d.h5", "--model", "nao"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'nao'" in capsys.readouterr().err
+
+
+def test_train_num_heads_flag_and_its_former_name():
+    import argparse
+
+    from geoattn.cli import train
+
+    parser = argparse.ArgumentParser()
+    train.add_args(parser)
+    for flag in ("--num-heads", "--heads"):
+        name, model_kw, _ = train.settings(parser.parse_args(["d.h5", "--model", "tno", flag, "2"]))
+        assert name == "tno" and model_kw == {"num_heads": 2}

@@ -53,4 +53,4 @@ def test_errors():
     with pytest.raises(ValueError, match="k must be"):
         knn(pos, pos, 6)
     with pytest.raises(ValueError, match="both"):
-        radius(pos, pos, 0.1, batch_source=torch.zeros(5, dtype=torch.long))
+        radius(pos, pos, 0.1, batch=torch.zeros(5, dtype=torch.long))

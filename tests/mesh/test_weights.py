@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from geoattn.mesh import families, from_meshio, integrate, quadrature_weights, weighted_mean
+from geoattn.mesh import (families, from_meshio, integrate, node_average_weights, quadrature_weights,
+                          weighted_mean)
 
 
 def f_smooth(p):
@@ -112,3 +113,24 @@ def test_integrate_per_graph_and_weighted_mean():
     torch.testing.assert_close(integrate(f, w, batch), torch.tensor([[1.25, 2.0], [1.25, 1.5]]))
     torch.testing.assert_close(weighted_mean(f, w, batch), torch.tensor([[5 / 3, 8 / 3], [5.0, 6.0]]))
     torch.testing.assert_close(weighted_mean(f[:, 0], w), torch.tensor(2.5))
+
+
+def test_node_average_weights_single_graph():
+    d = from_meshio(families.unit_square(8, "graded"), dtype=torch.float64)
+    w = node_average_weights(d.weight)
+    # |D| / N on every node: the lumped weights integrate 1 exactly, |D| = 1
+    torch.testing.assert_close(w, torch.full_like(d.weight, 1.0 / d.num_nodes))
+    torch.testing.assert_close(w.sum(), d.weight.sum())
+
+
+def test_node_average_weights_batched_per_graph():
+    a = from_meshio(families.unit_square(6, "graded"), dtype=torch.float64)
+    b = from_meshio(families.l_shape(3), dtype=torch.float64)  # area 3
+    weight = torch.cat([a.weight, b.weight])
+    batch = torch.cat([torch.zeros(a.num_nodes, dtype=torch.long), torch.ones(b.num_nodes, dtype=torch.long)])
+    w = node_average_weights(weight, batch)
+    torch.testing.assert_close(w[:a.num_nodes], torch.full_like(a.weight, 1.0 / a.num_nodes))
+    torch.testing.assert_close(w[a.num_nodes:], torch.full_like(b.weight, 3.0 / b.num_nodes))
+    torch.testing.assert_close(integrate(torch.ones_like(w), w, batch), integrate(torch.ones_like(w), weight, batch))
+    # same as the single-graph rule applied to each graph
+    torch.testing.assert_close(w[a.num_nodes:], node_average_weights(b.weight))

@@ -11,8 +11,8 @@ SMALL = {
     "tno": {"width": 8, "depth": 1},
     "galerkin": {"width": 8, "depth": 1},
     "gno": {"width": 8, "depth": 1},
-    "vit": {"width": 8, "depth": 1, "heads": 2, "num_patches": 2, "modes": 1},
-    "fano": {"width": 8, "depth": 1, "heads": 2, "num_patches": 2, "modes": 1},
+    "vit": {"width": 8, "depth": 1, "num_heads": 2, "num_patches": 2, "modes": 1},
+    "fano": {"width": 8, "depth": 1, "num_heads": 2, "num_patches": 2, "modes": 1},
 }
 
 

@@ -19,7 +19,7 @@ def _f(pos):
 
 def _model(cls, **kw):
     torch.manual_seed(0)
-    return cls(2, 1, width=16, depth=2, heads=2, num_patches=4, modes=2, **kw).double().eval()
+    return cls(2, 1, width=16, depth=2, num_heads=2, num_patches=4, modes=2, **kw).double().eval()
 
 
 def _relative_errors(outputs, n):
@@ -221,7 +221,7 @@ def test_trained_fano_transfers_when_patches_resolve_its_modes(darcy, caplog, mo
     ``resolved_modes`` chooses, transfer (measured 0.97). The model warns in the first case only."""
     train, test = darcy
     torch.manual_seed(0)
-    model = FANO(1, 1, width=16, depth=2, heads=2, num_patches=num_patches, modes=modes)
+    model = FANO(1, 1, width=16, depth=2, num_heads=2, num_patches=num_patches, modes=modes)
     op = _FixedPartition(model, partition(train[0].pos, train[0].weight, num_patches, method="rcb"))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: more threads only contend for the shared cores

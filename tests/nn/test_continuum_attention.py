@@ -1,38 +1,36 @@
-import importlib.util
 import math
-import pathlib
 
 import pytest
 import torch
 
 from geoattn import testing
 from geoattn.mesh import families
-from geoattn.nn import ContinuumAttention, ContinuumCrossAttention
+from geoattn.nn import ContinuumAttention
 
 DIM, HEADS = 8, 2
 SIZES = [5, 9, 1, 7]
+EXACT = dict(atol=1e-12, rtol=1e-12, grad_atol=1e-11, grad_rtol=1e-11)  # float64 references
 
 
-def reference_cross(layer, xq, xs, ws, bq=None, bs=None):
-    """Explicit per-graph, per-head loops with the weighted normaliser, no log trick."""
-    bq = torch.zeros(len(xq), dtype=torch.long) if bq is None else bq
-    bs = torch.zeros(len(xs), dtype=torch.long) if bs is None else bs
-    d = layer.dim_head
-    rows = []
+def reference(layer, x, w, batch=None, x_query=None, batch_query=None):
+    """Explicit per-graph, per-head loops with the weighted normaliser, no log trick: keys and
+    values from the source ``x``, queries from ``x_query`` (default ``x``)."""
+    x_query, batch_query = (x, batch) if x_query is None else (x_query, batch_query)
+    bs = torch.zeros(len(x), dtype=torch.long) if batch is None else batch
+    bq = torch.zeros(len(x_query), dtype=torch.long) if batch_query is None else batch_query
+    d = layer.head_channels
+    out = torch.empty(len(x_query), layer.query_channels, dtype=x.dtype)
     for g in range(int(max(bq.max(), bs.max())) + 1):
         iq, js = bq == g, bs == g
         heads = []
-        for h in range(layer.heads):
+        for h in range(layer.num_heads):
             sl = slice(h * d, (h + 1) * d)
-            q = xq[iq] @ layer.to_q.weight[sl].T
-            k = xs[js] @ layer.to_k.weight[sl].T
-            v = xs[js] @ layer.to_v.weight[sl].T
-            e = ws[js] * torch.exp(q @ k.T / math.sqrt(d))  # [nq, ns]
+            q = x_query[iq] @ layer.to_q.weight[sl].T
+            k = x[js] @ layer.to_k.weight[sl].T
+            v = x[js] @ layer.to_v.weight[sl].T
+            e = w[js] * torch.exp(q @ k.T / math.sqrt(d))  # [nq, ns]
             heads.append(e @ v / e.sum(1, keepdim=True))
-        rows.append(torch.cat(heads, 1) @ layer.to_out.weight.T + layer.to_out.bias)
-    out = torch.empty(len(xq), layer.dim, dtype=xq.dtype)
-    for g, r in enumerate(rows):
-        out[bq == g] = r
+        out[iq] = torch.cat(heads, 1) @ layer.to_out.weight.T + layer.to_out.bias
     return out
 
 
@@ -42,53 +40,53 @@ def batch_of(sizes):
 
 @pytest.mark.parametrize("sizes", [[11], SIZES], ids=["single", "mixed"])
 def test_self_attention_matches_dense_reference_with_gradients(sizes):
-    layer = ContinuumAttention(DIM, heads=HEADS).double()
+    layer = ContinuumAttention(DIM, num_heads=HEADS).double()
     n = sum(sizes)
     x = torch.randn(n, DIM, dtype=torch.float64, requires_grad=True)
     w = torch.rand(n, dtype=torch.float64) + 0.05
     w[3] = 0.0  # a zero-weight node inside a graph is a padding node
     batch = batch_of(sizes) if len(sizes) > 1 else None
     out = layer(x, None, w, batch)
-    ref = reference_cross(layer, x, x, w, batch, batch)
-    torch.testing.assert_close(out, ref, atol=1e-12, rtol=1e-12)
-    r = torch.randn_like(out)
-    params = [x, *layer.parameters()]
-    grads = torch.autograd.grad((out * r).sum(), params)
-    grads_ref = torch.autograd.grad((ref * r).sum(), params)
-    for g, g_ref in zip(grads, grads_ref):
-        torch.testing.assert_close(g, g_ref, atol=1e-11, rtol=1e-11)
+    testing.assert_matches_reference(out, reference(layer, x, w, batch), [x, *layer.parameters()],
+                                     **EXACT)
 
 
-def test_cross_attention_matches_dense_reference_mixed_batch_with_gradients():
-    layer = ContinuumCrossAttention(DIM, source_dim=DIM, heads=HEADS).double()
+@pytest.mark.parametrize("query_channels", [None, 5], ids=["same_width", "query_channels"])
+def test_cross_attention_matches_dense_reference_mixed_batch_with_gradients(query_channels):
+    """Queries from x_query on one mesh, keys and values from x on another, graph by graph; the
+    query width may differ from the source width (head_channels is then given)."""
+    cq = query_channels or DIM
+    layer = ContinuumAttention(DIM, num_heads=HEADS, head_channels=3,
+                               query_channels=query_channels).double()
+    widths = (layer.to_q.in_features, layer.to_k.in_features, layer.to_out.out_features)
+    assert widths == (cq, DIM, cq)
     sq, ss = [3, 1, 6, 2], [7, 4, 2, 9]
-    xq = torch.randn(sum(sq), DIM, dtype=torch.float64, requires_grad=True)
+    xq = torch.randn(sum(sq), cq, dtype=torch.float64, requires_grad=True)
     xs = torch.randn(sum(ss), DIM, dtype=torch.float64, requires_grad=True)
     ws = torch.rand(sum(ss), dtype=torch.float64)
     bq, bs = batch_of(sq), batch_of(ss)
-    out = layer(xq, None, xs, None, ws, bq, bs)
-    ref = reference_cross(layer, xq, xs, ws, bq, bs)
-    torch.testing.assert_close(out, ref, atol=1e-12, rtol=1e-12)
-    params = [xq, xs, *layer.parameters()]
-    r = torch.randn_like(out)
-    for g, g_ref in zip(torch.autograd.grad((out * r).sum(), params),
-                        torch.autograd.grad((ref * r).sum(), params)):
-        torch.testing.assert_close(g, g_ref, atol=1e-11, rtol=1e-11)
+    out = layer(xs, None, ws, bs, x_query=xq, batch_query=bq)
+    assert out.shape == (sum(sq), cq)
+    ref = reference(layer, xs, ws, bs, x_query=xq, batch_query=bq)
+    testing.assert_matches_reference(out, ref, [xq, xs, *layer.parameters()], **EXACT)
+    # one graph on each side, without batch vectors
+    torch.testing.assert_close(layer(xs[:7], None, ws[:7], x_query=xq[:3]),
+                               reference(layer, xs[:7], ws[:7], x_query=xq[:3]),
+                               atol=1e-12, rtol=1e-12)
 
 
-def test_cross_attention_source_dim_and_self_equals_cross_with_itself():
-    cross = ContinuumCrossAttention(DIM, source_dim=3, heads=HEADS).double()
-    xq, xs = torch.randn(4, DIM, dtype=torch.float64), torch.randn(6, 3, dtype=torch.float64)
-    ws = torch.rand(6, dtype=torch.float64)
-    torch.testing.assert_close(cross(xq, None, xs, None, ws), reference_cross(cross, xq, xs, ws))
-    layer = ContinuumAttention(DIM, heads=HEADS).double()
-    x, w = torch.randn(6, DIM, dtype=torch.float64), torch.rand(6, dtype=torch.float64)
-    assert torch.equal(layer(x, None, w), ContinuumCrossAttention.forward(layer, x, None, x, None, w))
+def test_self_attention_is_cross_attention_with_itself():
+    layer = ContinuumAttention(DIM, num_heads=HEADS).double()
+    x, pos = torch.randn(sum(SIZES), DIM, dtype=torch.float64), torch.rand(sum(SIZES), 2)
+    w, batch = torch.rand(sum(SIZES), dtype=torch.float64), batch_of(SIZES)
+    assert torch.equal(layer(x, pos, w, batch, x_query=x, pos_query=pos, batch_query=batch),
+                       layer(x, pos, w, batch))
+    assert torch.equal(layer(x, None, w, x_query=x), layer(x, None, w))
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-14), (torch.float32, 1e-6)])
 def test_uniform_weights_equal_standard_softmax_attention(dtype, tol):
-    layer = ContinuumAttention(DIM, heads=HEADS).to(dtype)
+    layer = ContinuumAttention(DIM, num_heads=HEADS).to(dtype)
     mha = torch.nn.MultiheadAttention(DIM, HEADS, bias=False, batch_first=True).to(dtype)
     with torch.no_grad():
         mha.in_proj_weight.copy_(torch.cat([layer.to_q.weight, layer.to_k.weight,
@@ -106,11 +104,12 @@ def _self(layer):
 
 
 def _cross_on_itself(layer):
-    return lambda x, pos, w, batch=None: layer(x, pos, x, pos, w, batch, batch)
+    return lambda x, pos, w, batch=None: layer(x, pos, w, batch, x_query=x, pos_query=pos,
+                                               batch_query=batch)
 
 
 @pytest.mark.parametrize("make", [lambda: _self(ContinuumAttention(DIM, HEADS).double()),
-                                  lambda: _cross_on_itself(ContinuumCrossAttention(DIM).double())],
+                                  lambda: _cross_on_itself(ContinuumAttention(DIM).double())],
                          ids=["self", "cross"])
 def test_properties(make):
     layer = make()
@@ -146,7 +145,7 @@ def test_cross_mesh_convergence_on_graded_mesh():
     """At fixed query points the weighted layer converges at order 2 in h on uniformly refined
     graded meshes; plain softmax over nodes (uniform weights) converges to something else."""
     torch.manual_seed(1)
-    layer = ContinuumCrossAttention(DIM, heads=HEADS).double()
+    layer = ContinuumAttention(DIM, num_heads=HEADS).double()
     with torch.no_grad():
         layer.to_q.weight.mul_(4.0)  # sharper attention makes the test more discriminating
     query = torch.tensor([[0.1, 0.2], [0.5, 0.5], [0.9, 0.3], [0.7, 0.95]], dtype=torch.float64)
@@ -156,7 +155,7 @@ def test_cross_mesh_convergence_on_graded_mesh():
 
     def apply(sample, uniform):
         x, _, w, _ = sample
-        return layer(xq, query, x, None, torch.ones_like(w) if uniform else w)
+        return layer(x, None, torch.ones_like(w) if uniform else w, x_query=xq, pos_query=query)
 
     with torch.no_grad():
         for uniform in (False, True):
@@ -189,28 +188,24 @@ def test_dropout_only_in_training():
     x, w = torch.randn(20, DIM, dtype=torch.float64), torch.rand(20, dtype=torch.float64)
     train = layer(x, None, w)
     layer.eval()
-    torch.testing.assert_close(layer(x, None, w), reference_cross(layer, x, x, w))
+    torch.testing.assert_close(layer(x, None, w), reference(layer, x, w))
     assert not torch.allclose(train, layer(x, None, w))
 
 
 def test_repr_and_errors():
-    assert repr(ContinuumAttention(8, heads=2)).startswith(
-        "ContinuumAttention(\n  dim=8, heads=2, dim_head=4, dropout=0.0")
-    assert "source_dim=3" in repr(ContinuumCrossAttention(8, source_dim=3))
+    assert repr(ContinuumAttention(8, num_heads=2)).startswith(
+        "ContinuumAttention(\n  8, num_heads=2, head_channels=4, dropout=0.0")
+    assert "query_channels" not in repr(ContinuumAttention(8, num_heads=2))
+    assert "query_channels=3" in repr(ContinuumAttention(8, query_channels=3))
     with pytest.raises(ValueError, match="divisible"):
-        ContinuumAttention(10, heads=4)
-    with pytest.raises(ValueError, match="pass both batch_query and batch_source"):
-        ContinuumCrossAttention(8)(torch.randn(5, 8), None, torch.randn(3, 8), None,
-                                   torch.rand(3), torch.zeros(5, dtype=torch.long))
+        ContinuumAttention(10, num_heads=4)
+    layer = ContinuumAttention(8)
+    x, w, batch = torch.randn(3, 8), torch.rand(3), torch.zeros(3, dtype=torch.long)
+    with pytest.raises(ValueError, match="pass both batch and batch_query"):
+        layer(x, None, w, x_query=torch.randn(5, 8), batch_query=torch.zeros(5, dtype=torch.long))
+    with pytest.raises(ValueError, match="pass both batch and batch_query"):
+        layer(x, None, w, batch, x_query=torch.randn(5, 8))
+    with pytest.raises(ValueError, match="batch_query without x_query"):
+        layer(x, None, w, batch, batch_query=batch)
     with pytest.raises(ValueError, match="weight must have shape"):
         ContinuumAttention(8)(torch.randn(5, 8), None, torch.rand(4))
-
-
-def test_example_attention_cross_mesh():
-    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "attention_cross_mesh.py"
-    spec = importlib.util.spec_from_file_location("attention_cross_mesh", path)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    result = example.run(levels=4, reference_level=6)
-    assert abs(result["weighted_rate"] - 2.0) < 0.3, result
-    assert result["unweighted_final_error"] > 10 * result["weighted_final_error"], result

@@ -3,20 +3,21 @@ import math
 import pytest
 import torch
 
-from geoattn.mesh import families, from_meshio, radius, radius_graph
+from geoattn.mesh import families, radius, radius_graph
 from geoattn.nn.graph_kernel import GraphKernelIntegral
 from geoattn.testing import assert_permutation_equivariant, convergence_rate, refinement_samples
 
 
-def _dense(layer, x, pos, w, r, f, pos_t, f_t):
-    """All-pairs reference: sum_j [|x_i - x_j| <= r] w_j kappa(x_i, x_j, f_i, f_j) v_j by loops."""
+def _dense(layer, x, pos, w, r, f, pos_q, f_q):
+    """All-pairs reference: sum_j [|y_i - x_j| <= r] w_j kappa(y_i, x_j, f_i, f_j) v_j by loops,
+    for query nodes y_i (``pos_q``) and source nodes x_j."""
     if f is None:
-        f, f_t = pos.new_zeros(len(pos), 0), pos_t.new_zeros(len(pos_t), 0)
-    out = torch.zeros(len(pos_t), layer.out_channels, dtype=x.dtype)
-    for i in range(len(pos_t)):
+        f, f_q = pos.new_zeros(len(pos), 0), pos_q.new_zeros(len(pos_q), 0)
+    out = torch.zeros(len(pos_q), layer.out_channels, dtype=x.dtype)
+    for i in range(len(pos_q)):
         for j in range(len(pos)):
-            if torch.dist(pos_t[i], pos[j]) <= r:
-                k = layer.kernel(torch.cat([pos_t[i], pos[j], f_t[i], f[j]])).view(layer.out_channels, -1)
+            if torch.dist(pos_q[i], pos[j]) <= r:
+                k = layer.kernel(torch.cat([pos_q[i], pos[j], f_q[i], f[j]])).view(layer.out_channels, -1)
                 out[i] += w[j] * (k @ x[j])
     return out
 
@@ -25,12 +26,16 @@ def test_equals_dense_reference_self_and_bipartite():
     layer = GraphKernelIntegral(2, 3, dim=2, feature_channels=1, hidden_channels=16).double()
     pos, x = torch.rand(40, 2, dtype=torch.float64), torch.randn(40, 2, dtype=torch.float64)
     w, f = torch.rand(40, dtype=torch.float64), torch.randn(40, 1, dtype=torch.float64)
-    out = layer(x, pos, w, radius_graph(pos, 0.3), f=f)
+    out = layer(x, pos, w, edge_index=radius_graph(pos, 0.3), f=f)
     assert torch.allclose(out, _dense(layer, x, pos, w, 0.3, f, pos, f), atol=1e-12)
-    pos_t, f_t = torch.rand(15, 2, dtype=torch.float64), torch.randn(15, 1, dtype=torch.float64)
-    out_t = layer(x, pos, w, radius(pos, pos_t, 0.3), f=f, pos_target=pos_t, f_target=f_t)
-    assert out_t.shape == (15, 3)
-    assert torch.allclose(out_t, _dense(layer, x, pos, w, 0.3, f, pos_t, f_t), atol=1e-12)
+    pos_q, f_q = torch.rand(15, 2, dtype=torch.float64), torch.randn(15, 1, dtype=torch.float64)
+    out_q = layer(x, pos, w, edge_index=radius(pos, pos_q, 0.3), f=f, pos_query=pos_q, f_query=f_q)
+    assert out_q.shape == (15, 3)
+    assert torch.allclose(out_q, _dense(layer, x, pos, w, 0.3, f, pos_q, f_q), atol=1e-12)
+    with pytest.raises(ValueError, match="needs f_query"):
+        layer(x, pos, w, edge_index=radius(pos, pos_q, 0.3), f=f, pos_query=pos_q)
+    with pytest.raises(ValueError, match="expects f with 1 channels"):
+        layer(x, pos, w, edge_index=radius_graph(pos, 0.3))
 
 
 def test_weights_inside_the_message():
@@ -38,13 +43,14 @@ def test_weights_inside_the_message():
     layer = GraphKernelIntegral(1, 1, dim=2, hidden_channels=8).double()
     pos, x = torch.rand(30, 2, dtype=torch.float64), torch.randn(30, 1, dtype=torch.float64)
     w = torch.rand(30, dtype=torch.float64)
-    out = layer(x, pos, w, radius_graph(pos, 0.4))
+    out = layer(x, pos, w, edge_index=radius_graph(pos, 0.4))
     w2 = torch.cat([w, w[:1] / 2])
     w2[0] /= 2
     pos2, x2 = torch.cat([pos, pos[:1]]), torch.cat([x, x[:1]])
-    out2 = layer(x2, pos2, w2, radius_graph(pos2, 0.4))
+    out2 = layer(x2, pos2, w2, edge_index=radius_graph(pos2, 0.4))
     assert torch.allclose(out2[:30], out, atol=1e-12)
-    assert_permutation_equivariant(lambda x, p, w, b=None: layer(x, p, w, radius_graph(p, 0.4)), x, pos, w)
+    assert_permutation_equivariant(
+        lambda x, p, w, b=None: layer(x, p, w, b, edge_index=radius_graph(p, 0.4)), x, pos, w)
 
 
 def _v(pos):
@@ -72,8 +78,8 @@ def test_converges_under_refinement_at_fixed_radius(kind):
     outs = []
     with torch.no_grad():
         for v, pos, w, h in samples:
-            outs.append(layer(v, pos, w, radius(pos, probe, 0.3), f=_a(pos), pos_target=probe,
-                              f_target=_a(probe)))
+            outs.append(layer(v, pos, w, edge_index=radius(pos, probe, 0.3), f=_a(pos),
+                              pos_query=probe, f_query=_a(probe)))
     errors = [(o - outs[-1]).norm().item() / outs[-1].norm().item() for o in outs[:-1]]
     rate = convergence_rate([s[3] for s in samples[:-1]], errors)
     assert rate > 1.2, (rate, errors)
@@ -82,8 +88,8 @@ def test_converges_under_refinement_at_fixed_radius(kind):
         v, pos, w, _ = samples[-1]
         uniform = torch.full_like(w, 1.0 / len(w))
         with torch.no_grad():
-            plain = layer(v, pos, uniform, radius(pos, probe, 0.3), f=_a(pos), pos_target=probe,
-                          f_target=_a(probe))
+            plain = layer(v, pos, uniform, edge_index=radius(pos, probe, 0.3), f=_a(pos),
+                          pos_query=probe, f_query=_a(probe))
         assert (plain - outs[-1]).norm() / outs[-1].norm() > 0.3
 
 
@@ -91,8 +97,8 @@ def test_float32_batched_graph():
     layer = GraphKernelIntegral(2, 2, dim=2, hidden_channels=8)
     pos, x, w = torch.rand(50, 2), torch.randn(50, 2), torch.rand(50)
     batch = (torch.arange(50) >= 20).long()
-    out = layer(x, pos, w, radius_graph(pos, 0.3, batch))
-    alone = torch.cat([layer(x[:20], pos[:20], w[:20], radius_graph(pos[:20], 0.3)),
-                       layer(x[20:], pos[20:], w[20:], radius_graph(pos[20:], 0.3))])
+    out = layer(x, pos, w, batch, edge_index=radius_graph(pos, 0.3, batch))
+    alone = torch.cat([layer(x[:20], pos[:20], w[:20], edge_index=radius_graph(pos[:20], 0.3)),
+                       layer(x[20:], pos[20:], w[20:], edge_index=radius_graph(pos[20:], 0.3))])
     assert out.dtype == torch.float32 and torch.allclose(out, alone, atol=1e-5)
     assert "feature_channels=0" in repr(layer)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from geoattn.mesh import families, from_meshio, partition
-from geoattn.nn.patch_attention import PatchAttention, PatchCrossAttention
+from geoattn.nn.patch_attention import PatchAttention
 from geoattn.testing import (assert_convergence_rate, assert_duplication_invariant,
                              assert_permutation_equivariant, refinement_samples)
 
@@ -19,13 +19,16 @@ def _series(coeff_fn, modes, xi):
     return out
 
 
-def _slow(layer, xq, pq, wq, patch_q, xs, ps, ws, patch_s, length):
+def _slow(layer, xs, ps, ws, patch_s, length, xq=None, pq=None, wq=None, patch_q=None):
     """Patched attention written out: per-patch coefficients by explicit sums, L2 scores on a
     uniform grid of the reference box (exact for the trigonometric polynomials involved), values
-    evaluated pointwise at the query nodes."""
+    evaluated pointwise at the query nodes. Keys and values from the source side ``xs``, queries
+    from the query side ``xq`` (default: the source)."""
+    if xq is None:
+        xq, pq, wq, patch_q = xs, ps, ws, patch_s
     K = layer.modes
     modes = list(itertools.product(range(-K, K + 1), repeat=2))
-    h, dk = layer.heads, layer.head_dim
+    h, dk = layer.num_heads, layer.head_channels
     n_grid = 4 * K + 1
     g = (torch.arange(n_grid, dtype=torch.float64) / n_grid) - 0.5
     grid = torch.stack(torch.meshgrid(g, g, indexing="ij"), -1).reshape(-1, 2)
@@ -68,46 +71,85 @@ def test_equals_slow_reference(spectral_qkv):
     torch.manual_seed(0)
     data = from_meshio(families.unit_square(6, "irregular"), dtype=torch.float64)
     part = partition(data.pos, data.weight, 5, cells=data.cells)
-    layer = PatchAttention(4, heads=2, modes=1, spectral_qkv=spectral_qkv).double()
+    layer = PatchAttention(4, num_heads=2, modes=1, spectral_qkv=spectral_qkv).double()
     x = torch.randn(len(data.pos), 4, dtype=torch.float64)
-    out = layer(x, data.pos, data.weight, part.assignment, part.length)
-    expected = _slow(layer, x, data.pos, data.weight, part.assignment, x, data.pos, data.weight,
-                     part.assignment, part.length)
+    out = layer(x, data.pos, data.weight, patch=part.assignment, patch_length=part.length)
+    expected = _slow(layer, x, data.pos, data.weight, part.assignment, part.length)
     assert torch.allclose(out, expected, atol=1e-10)
 
 
 def test_cross_equals_slow_reference_on_two_meshes():
+    """Query patches of mesh a attend to the source patches of mesh b (another partition, another
+    number of patches); called with the source as its own query side it is self-attention."""
     torch.manual_seed(0)
     a = from_meshio(families.unit_square(5, "irregular"), dtype=torch.float64)
     b = from_meshio(families.unit_square(7, "graded"), dtype=torch.float64)
     part_a = partition(a.pos, a.weight, 3, cells=a.cells)
     part_b = partition(b.pos, b.weight, 4, method="rcb")
     length = max(part_a.length, part_b.length)
-    layer = PatchCrossAttention(2, heads=1, modes=1).double()
+    layer = PatchAttention(2, num_heads=1, modes=1).double()
     xa, xb = torch.randn(len(a.pos), 2, dtype=torch.float64), torch.randn(len(b.pos), 2, dtype=torch.float64)
-    out = layer(xa, a.pos, a.weight, part_a.assignment, xb, b.pos, b.weight, part_b.assignment, length)
-    expected = _slow(layer, xa, a.pos, a.weight, part_a.assignment, xb, b.pos, b.weight,
-                     part_b.assignment, length)
+    out = layer(xb, b.pos, b.weight, patch=part_b.assignment, patch_length=length,
+                x_query=xa, pos_query=a.pos, weight_query=a.weight, patch_query=part_a.assignment)
+    assert out.shape == (len(a.pos), 2)
+    expected = _slow(layer, xb, b.pos, b.weight, part_b.assignment, length,
+                     xa, a.pos, a.weight, part_a.assignment)
     assert torch.allclose(out, expected, atol=1e-10)
+    itself = layer(xb, b.pos, b.weight, patch=part_b.assignment, patch_length=length, x_query=xb,
+                   pos_query=b.pos, weight_query=b.weight, patch_query=part_b.assignment)
+    assert torch.equal(itself, layer(xb, b.pos, b.weight, patch=part_b.assignment,
+                                     patch_length=length))
+
+
+def test_cross_batch_equals_each_pair_alone():
+    """A batch of two (query, source) pairs, with graph-wise patch counts given, equals each pair
+    alone."""
+    torch.manual_seed(0)
+    layer = PatchAttention(4, num_heads=2, modes=1).double()
+    pairs = []
+    for nq, ns, seed in ((5, 6, 0), (4, 7, 1)):
+        q = from_meshio(families.unit_square(nq, "irregular", seed=seed), dtype=torch.float64)
+        s = from_meshio(families.unit_square(ns, "graded"), dtype=torch.float64)
+        patch_q = partition(q.pos, q.weight, 3, method="rcb").assignment
+        patch_s = partition(s.pos, s.weight, 4, method="rcb").assignment
+        pairs.append(((torch.randn(len(s.pos), 4, dtype=torch.float64), s.pos, s.weight, patch_s),
+                      (torch.randn(len(q.pos), 4, dtype=torch.float64), q.pos, q.weight, patch_q)))
+
+    def call(source, query, batch=None, batch_query=None):
+        (x, pos, w, patch), (xq, pq, wq, patch_q) = source, query
+        return layer(x, pos, w, batch, patch=patch, patch_length=0.6, num_patches=4, x_query=xq,
+                     pos_query=pq, weight_query=wq, patch_query=patch_q, batch_query=batch_query,
+                     num_patches_query=3)
+
+    alone = torch.cat([call(source, query) for source, query in pairs])
+    source, query = ([torch.cat(t) for t in zip(*side)] for side in zip(*pairs))
+    batch, batch_query = (torch.repeat_interleave(torch.tensor([len(p[k][0]) for p in pairs]))
+                          for k in (0, 1))
+    assert torch.allclose(call(source, query, batch, batch_query), alone, atol=1e-12)
+    with pytest.raises(ValueError, match="give both batch and batch_query"):
+        call(source, query, batch)
+    with pytest.raises(ValueError, match="a query side needs"):
+        layer(*source[:3], patch=source[3], x_query=query[0])
 
 
 def test_batch_and_node_count_independence():
     """A batch of two graphs equals each alone; duplicating a node and splitting its weight, or
     permuting nodes, changes nothing (patch coefficients are quadratures)."""
     torch.manual_seed(0)
-    layer = PatchAttention(4, heads=2, modes=2).double()
+    layer = PatchAttention(4, num_heads=2, modes=2).double()
     graphs = []
     for n, seed in ((6, 0), (5, 1)):
         d = from_meshio(families.unit_square(n, "irregular", seed=seed), dtype=torch.float64)
         part = partition(d.pos, d.weight, 4, method="rcb")
         graphs.append((torch.randn(len(d.pos), 4, dtype=torch.float64), d.pos, d.weight, part.assignment))
     length = 0.8
-    alone = torch.cat([layer(x, p, w, pa, length) for x, p, w, pa in graphs])
-    batch = torch.cat([torch.full((len(g[0]),), i) for i, g in enumerate(graphs)])
-    cat = [torch.cat([g[k] for g in graphs]) for k in range(4)]
-    assert torch.allclose(layer(*cat, length, batch=batch), alone, atol=1e-12)
+    alone = torch.cat([layer(x, p, w, patch=pa, patch_length=length) for x, p, w, pa in graphs])
+    batch = torch.repeat_interleave(torch.tensor([len(g[0]) for g in graphs]))
+    x, p, w, pa = [torch.cat([g[k] for g in graphs]) for k in range(4)]
+    assert torch.allclose(layer(x, p, w, batch, patch=pa, patch_length=length), alone, atol=1e-12)
     x, p, w, pa = graphs[0]
-    fn = lambda x_, p_, w_, b_=None: layer(x_, p_, w_, _patch_of(p_, p, pa), length)
+    fn = lambda x_, p_, w_, b_=None: layer(x_, p_, w_, b_, patch=_patch_of(p_, p, pa),
+                                           patch_length=length)
     assert_permutation_equivariant(fn, x, p, w)
     assert_duplication_invariant(fn, x, p, w, 3)
 
@@ -129,7 +171,7 @@ def test_converges_across_graded_mesh_and_refinements(method):
     quadrature of an integral over a region whose boundary cuts cells is first order, the interior
     second order: measured order about 1.7 (RCB boxes) and above 1 (METIS Voronoi regions)."""
     torch.manual_seed(0)
-    layer = PatchAttention(4, heads=2, modes=2).double()
+    layer = PatchAttention(4, num_heads=2, modes=2).double()
     mesh = families.unit_square(8, "graded")
     samples = refinement_samples(mesh, [0, 1, 2, 3, 4], _u)
     coarse = from_meshio(mesh, dtype=torch.float64)
@@ -137,7 +179,8 @@ def test_converges_across_graded_mesh_and_refinements(method):
     outs = []
     with torch.no_grad():
         for u, pos, w, _ in samples:
-            outs.append(layer(u, pos, w, part.transfer(pos), part.length)[:len(coarse.pos)])
+            outs.append(layer(u, pos, w, patch=part.transfer(pos),
+                              patch_length=part.length)[:len(coarse.pos)])
     errors = [(o - outs[-1]).norm().item() / outs[-1].norm().item() for o in outs[:-1]]
     hs = [s[3] for s in samples[:-1]]
     if method == "rcb":
@@ -148,34 +191,26 @@ def test_converges_across_graded_mesh_and_refinements(method):
     # plain averages over nodes (uniform weights) converge to another operator on a graded mesh
     u, pos, w, _ = samples[-1]
     with torch.no_grad():
-        plain = layer(u, pos, torch.full_like(w, 1.0 / len(w)), part.transfer(pos), part.length)
+        plain = layer(u, pos, torch.full_like(w, 1.0 / len(w)), patch=part.transfer(pos),
+                      patch_length=part.length)
     assert (plain[:len(coarse.pos)] - outs[-1]).norm() / outs[-1].norm() > 10 * errors[-1]
 
 
 def test_repr_and_errors():
-    layer = PatchAttention(8, heads=2, modes=3, spectral_qkv=True)
-    assert "spectral_qkv=True" in repr(layer) and "modes=3" in repr(layer)
-    with pytest.raises(ValueError, match="multiple of heads"):
-        PatchAttention(6, heads=4)
+    layer = PatchAttention(8, num_heads=2, modes=3, spectral_qkv=True)
+    assert repr(layer).startswith(
+        "PatchAttention(\n  8, num_heads=2, modes=3, dim=2, spectral_qkv=True\n")
+    assert layer.head_channels == 4
+    with pytest.raises(ValueError, match="multiple of num_heads"):
+        PatchAttention(6, num_heads=4)
 
 
 def test_float32():
     d = from_meshio(families.unit_square(6, "irregular"), dtype=torch.float32)
     part = partition(d.pos, d.weight, 4, cells=d.cells)
-    layer = PatchAttention(4, heads=2, modes=2, spectral_qkv=True)
-    out = layer(torch.randn(len(d.pos), 4), d.pos, d.weight, part.assignment, part.length)
+    layer = PatchAttention(4, num_heads=2, modes=2, spectral_qkv=True)
+    out = layer(torch.randn(len(d.pos), 4), d.pos, d.weight, patch=part.assignment,
+                patch_length=part.length)
     assert out.dtype == torch.float32 and torch.isfinite(out).all()
     out.sum().backward()
     assert layer.q.weight.grad is not None
-
-
-def test_example_patches():
-    import importlib.util
-    import pathlib
-
-    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "patches.py"
-    spec = importlib.util.spec_from_file_location("patches_example", path)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    result = example.run(levels=3)
-    assert result["rate"] > 1.0 and result["final_error"] < 1e-3, result

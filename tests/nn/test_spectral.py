@@ -5,8 +5,8 @@ import torch
 
 from geoattn.mesh import families, from_meshio, partition
 from geoattn.nn.spectral import (PatchSpectralIntegral, SpectralIntegral, SpectralSmoothing,
-                                 box_frame, fourier_coefficients, fourier_modes, patch_frame,
-                                 resolved_modes)
+                                 box_frame, fourier_coefficients, fourier_evaluate, fourier_modes,
+                                 patch_frame, resolved_modes)
 from geoattn.testing import (assert_batch_independent, assert_convergence_rate,
                              assert_duplication_invariant, assert_padding_invariant,
                              assert_permutation_equivariant, refinement_samples)
@@ -41,20 +41,20 @@ def test_coefficients_of_trig_polynomial_converge_at_order_two():
     assert_convergence_rate(hs, errors, expected=2.0, tol=0.25)
 
 
-def _slow_spectral(layer, x, pos, w, pos_out):
+def _slow_spectral(layer, x, pos, w, pos_query):
     """Direct double sum of the truncated Fourier integral operator on the bounding box."""
     lo, hi = pos.min(0).values, pos.max(0).values
     side = hi - lo
     r = torch.view_as_complex(layer.mix.weight.detach())  # (M, C_in, C_out)
-    out = torch.zeros(len(pos_out), r.shape[-1], dtype=torch.float64)
+    out = torch.zeros(len(pos_query), r.shape[-1], dtype=torch.float64)
     for mi, m in enumerate(layer.mode_index.tolist()):
         m = torch.tensor(m, dtype=torch.float64)
         coeff = torch.zeros(x.shape[1], dtype=torch.complex128)
         for i in range(len(pos)):
             coeff += w[i] * x[i] * torch.exp(-2j * math.pi * torch.dot(m, (pos[i] - lo) / side))
         coeff = coeff / side.prod()
-        for n in range(len(pos_out)):
-            out[n] += (coeff @ r[mi] * torch.exp(2j * math.pi * torch.dot(m, (pos_out[n] - lo) / side))).real
+        for n in range(len(pos_query)):
+            out[n] += (coeff @ r[mi] * torch.exp(2j * math.pi * torch.dot(m, (pos_query[n] - lo) / side))).real
     return out
 
 
@@ -62,18 +62,22 @@ def test_spectral_integral_equals_direct_sum_and_any_output_points():
     layer = SpectralIntegral(2, 3, modes=(2, 1), dim=2).double()
     pos = torch.rand(30, 2, dtype=torch.float64) * torch.tensor([2.0, 0.5], dtype=torch.float64)
     x, w = torch.randn(30, 2, dtype=torch.float64), torch.rand(30, dtype=torch.float64)
-    pos_out = torch.rand(7, 2, dtype=torch.float64)
-    expected = _slow_spectral(layer, x, pos, w, pos_out)
-    assert torch.allclose(layer(x, pos, w, pos_out=pos_out), expected, atol=1e-12)
+    pos_query = torch.rand(7, 2, dtype=torch.float64)
+    expected = _slow_spectral(layer, x, pos, w, pos_query)
+    assert torch.allclose(layer(x, pos, w, pos_query=pos_query), expected, atol=1e-12)
     assert torch.allclose(layer(x, pos, w), _slow_spectral(layer, x, pos, w, pos), atol=1e-12)
     # batched: two graphs with their own boxes, outputs on a second point set per graph
     pos2 = torch.rand(20, 2, dtype=torch.float64) + 3.0
     x2, w2 = torch.randn(20, 2, dtype=torch.float64), torch.rand(20, dtype=torch.float64)
     batch = torch.cat([torch.zeros(30), torch.ones(20)]).long()
+    batch_query = torch.tensor([0] * 7 + [1] * 4)
     out = layer(torch.cat([x, x2]), torch.cat([pos, pos2]), torch.cat([w, w2]), batch,
-                pos_out=torch.cat([pos_out, pos2[:4]]), batch_out=torch.tensor([0] * 7 + [1] * 4))
+                pos_query=torch.cat([pos_query, pos2[:4]]), batch_query=batch_query)
     assert torch.allclose(out[:7], expected, atol=1e-12)
     assert torch.allclose(out[7:], _slow_spectral(layer, x2, pos2, w2, pos2[:4]), atol=1e-12)
+    with pytest.raises(ValueError, match="give both batch and batch_query"):
+        layer(torch.cat([x, x2]), torch.cat([pos, pos2]), torch.cat([w, w2]), batch,
+              pos_query=pos_query)
 
 
 def test_identity_weights_reproduce_trig_polynomial_at_new_points():
@@ -85,7 +89,7 @@ def test_identity_weights_reproduce_trig_polynomial_at_new_points():
     errors = []
     for times in (2, 3):  # the error is the quadrature error of the 49 coefficients: O(h^2)
         data = from_meshio(families.refine(families.unit_square(8, "irregular"), times), dtype=torch.float64)
-        out = layer(trig(data.pos), data.pos, data.weight, pos_out=probe)
+        out = layer(trig(data.pos), data.pos, data.weight, pos_query=probe)
         errors.append((out - trig(probe)).abs().max().item())
     assert errors[1] < 1e-2 and errors[1] < errors[0] / 3
 
@@ -101,7 +105,7 @@ def test_smoothing_multiplies_modes_analytically():
 
     exact = (1 + damp((1, 2)) * torch.cos(2 * math.pi * (x + 2 * y))
              + 0.5 * damp((3, 1)) * torch.sin(2 * math.pi * (3 * x - y)))
-    out = layer(trig(data.pos), data.pos, data.weight, pos_out=probe)
+    out = layer(trig(data.pos), data.pos, data.weight, pos_query=probe)
     assert (out[:, 0] - exact).abs().max() < 5e-3
     assert "eps=0.01" in repr(layer)
     with pytest.raises(ValueError, match="positive"):
@@ -114,7 +118,7 @@ def test_patch_spectral_integral_equals_per_patch_reference():
     part = partition(data.pos, data.weight, 4, cells=data.cells)
     layer = PatchSpectralIntegral(2, 2, modes=1, dim=2).double()
     x = torch.randn(len(data.pos), 2, dtype=torch.float64)
-    out = layer(x, data.pos, data.weight, part.assignment, part.length)
+    out = layer(x, data.pos, data.weight, patch=part.assignment, patch_length=part.length)
     for p in range(4):
         idx = (part.assignment == p).nonzero().squeeze(1)
         pos_p, w_p = data.pos[idx], data.weight[idx]
@@ -126,12 +130,20 @@ def test_patch_spectral_integral_equals_per_patch_reference():
         box_pos = torch.cat([pos_p, lo[None], (lo + part.length)[None]])
         box_w = torch.cat([w_p, torch.zeros(2, dtype=torch.float64)])
         # the two zero-weight corners fix the bounding box without entering the quadrature
-        from geoattn.nn.spectral import box_frame as bf, fourier_coefficients as fc, fourier_evaluate as fe
-        frame = bf(box_pos, box=(lo[None], (lo + part.length)[None]))
-        coeff = ref.mix(fc(torch.cat([x[idx], torch.zeros(2, 2, dtype=torch.float64)]), box_w, frame,
-                           ref.mode_index))
-        expected = fe(coeff, frame, ref.mode_index)[:len(idx)]
+        frame = box_frame(box_pos, box=(lo[None], (lo + part.length)[None]))
+        box_x = torch.cat([x[idx], torch.zeros(2, 2, dtype=torch.float64)])
+        coeff = ref.mix(fourier_coefficients(box_x, box_w, frame, ref.mode_index))
+        expected = fourier_evaluate(coeff, frame, ref.mode_index)[:len(idx)]
         assert torch.allclose(out[idx], expected, atol=1e-12)
+    # a batch of two graphs (the second shifted, other values): each graph's patches alone
+    x2 = torch.randn_like(x)
+    batch = torch.cat([torch.zeros(len(x)), torch.ones(len(x))]).long()
+    out2 = layer(torch.cat([x, x2]), torch.cat([data.pos, data.pos + 2.0]),
+                 torch.cat([data.weight, data.weight]), batch,
+                 patch=torch.cat([part.assignment, part.assignment]), patch_length=part.length)
+    assert torch.allclose(out2[:len(x)], out, atol=1e-12)
+    alone = layer(x2, data.pos + 2.0, data.weight, patch=part.assignment, patch_length=part.length)
+    assert torch.allclose(out2[len(x):], alone, atol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -3,7 +3,7 @@ import math
 import torch
 
 from geoattn.mesh import families, from_meshio
-from geoattn.train import p1_gradients, relative_h1, relative_l2
+from geoattn.train import relative_h1, relative_l2
 
 
 def _square(n, kind="graded", times=0):
@@ -33,15 +33,6 @@ def test_relative_l2_uniform_weights_is_plain_formula_and_batches_per_sample():
     weight = torch.cat([torch.full((7,), 0.1), torch.full((5,), 2.0)])
     per = relative_l2(torch.cat([a, c]), torch.cat([b, e]), weight, batch, reduction="none")
     assert torch.allclose(per, torch.stack([plain(a, b), plain(c, e)]))
-
-
-def test_p1_gradients_exact_for_linear_functions():
-    d = _square(6, "irregular")
-    u = torch.stack([3 * d.pos[:, 0] - 2 * d.pos[:, 1], d.pos[:, 1]], 1)
-    grad, volume = p1_gradients(u, d.pos, d.cells)
-    assert torch.allclose(grad[:, 0], torch.tensor([3.0, -2.0], dtype=torch.float64).expand(len(grad), 2))
-    assert torch.allclose(grad[:, 1], torch.tensor([0.0, 1.0], dtype=torch.float64).expand(len(grad), 2))
-    assert abs(float(volume.sum()) - 1.0) < 1e-12
 
 
 def test_relative_h1_analytic():

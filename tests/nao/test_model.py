@@ -5,7 +5,8 @@ import torch
 
 from geoattn.errors import MeshMismatchError
 from geoattn.mesh import families
-from geoattn.models import NAO, DiscreteNAO, build_model
+from geoattn.models import MODELS
+from geoattn.nao import NAO, DiscreteNAO, TokenMesh
 from geoattn.testing import assert_convergence_rate, refinement_samples
 
 
@@ -15,10 +16,10 @@ def reference_kernel(model, u, f, pos, w, pos_f, wf):
     X, wt = torch.cat([u, f]), torch.cat([w, wf])
     for block in model.blocks:
         q, k = block.query(X), block.key(X)
-        X = X + (q @ k.T / math.sqrt(block.dk)) @ (wt[:, None] * X)
+        X = X + (q @ k.T / math.sqrt(block.head_channels)) @ (wt[:, None] * X)
     U, F = X[:len(u)], X[len(u):]
     att = model.kernel_attention
-    WQK = lambda A, B: att.query(A) @ att.key(B).T / math.sqrt(att.dk)  # noqa: E731
+    WQK = lambda A, B: att.query(A) @ att.key(B).T / math.sqrt(att.head_channels)  # noqa: E731
     A_uu, A_fu = WQK(U, U), WQK(F, U)
     K = torch.zeros(len(f), len(u), dtype=u.dtype)
     for i in range(len(f)):
@@ -39,13 +40,14 @@ def _system(n, nf, d=4, seed=0, dtype=torch.float64):
 @pytest.mark.parametrize("layers", [1, 2, 3])
 def test_kernel_and_prediction_equal_the_dense_reference(layers):
     torch.manual_seed(0)
-    model = NAO(pairs=4, dim=2, dk=3, layers=layers).double()
+    model = NAO(4, dim=2, head_channels=3, layers=layers).double()
     systems = [_system(9, 5, seed=1), _system(6, 7, seed=2)]
     u, f, pos, w, pos_f, wf = (torch.cat(t) for t in zip(*systems))
     batch = torch.repeat_interleave(torch.arange(2), torch.tensor([9, 6]))
     batch_f = torch.repeat_interleave(torch.arange(2), torch.tensor([5, 7]))
-    K = model.kernel(u, f, pos, w, batch, pos_f, wf, batch_f)
-    pred = model(u, f, pos, w, batch, pos_f, wf, batch_f)
+    query = dict(x_query=f, pos_query=pos_f, weight_query=wf, batch_query=batch_f)
+    K = model.kernel(u, pos, w, batch, **query)
+    pred = model(u, pos, w, batch, **query)
     preds = []
     for b, s in enumerate(systems):
         Kref = reference_kernel(model, *s)
@@ -58,7 +60,7 @@ def test_kernel_and_prediction_equal_the_dense_reference(layers):
 def test_uniform_weights_give_the_paper_riemann_sums():
     """App. A: output = dx^2 * W^P A g on a uniform grid with the paper's attention layers."""
     torch.manual_seed(1)
-    model = NAO(pairs=3, dim=2, dk=2, layers=2, bias=False).double()
+    model = NAO(3, dim=2, head_channels=2, layers=2, bias=False).double()
     n, dx = 16, 0.25
     g1 = torch.arange(4, dtype=torch.float64) * dx
     pos = torch.cartesian_prod(g1, g1)
@@ -73,14 +75,34 @@ def test_uniform_weights_give_the_paper_riemann_sums():
     WQK = att.query.weight.T @ att.key.weight / math.sqrt(2)
     WPu, WPf = model.mixer_u(pos[None], pos[None])[0], model.mixer_f(pos[None], pos[None])[0]
     out = dx**2 * dx**2 * (WPu @ (U @ WQK @ U.T) + WPf @ (F @ WQK @ U.T)) @ u
-    torch.testing.assert_close(model(u, f, pos, w), out, atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(model(u, pos, w, x_query=f), out, atol=1e-12, rtol=1e-12)
+
+
+def test_flat_call_equals_the_dense_methods_on_token_meshes():
+    """forward/kernel on flat tensors and forward_dense/kernel_dense on TokenMesh.of meshes are
+    the same operator (one system, different u- and f-meshes; the f-mesh defaults to the u-mesh)."""
+    torch.manual_seed(6)
+    model = NAO(4, dim=2, head_channels=3).double()
+    u, f, pos, w, pos_f, wf = _system(9, 5, seed=7)
+    mesh, mesh_query = TokenMesh.of(pos, w), TokenMesh.of(pos_f, wf)
+    assert mesh.pos.shape == (1, 9, 2) and mesh.weight.shape == (1, 9)
+    query = dict(x_query=f, pos_query=pos_f, weight_query=wf)
+    torch.testing.assert_close(model(u, pos, w, **query),
+                               model.forward_dense(u[None], f[None], mesh, mesh_query)[0])
+    torch.testing.assert_close(model.kernel(u, pos, w, **query),
+                               model.kernel_dense(u[None], f[None], mesh, mesh_query))
+    f_u = torch.randn(9, 4, dtype=torch.float64)
+    torch.testing.assert_close(model(u, pos, w, x_query=f_u),
+                               model.forward_dense(u[None], f_u[None], mesh)[0])
+    with pytest.raises(ValueError, match="weight_query"):
+        model(u, pos, w, x_query=f, pos_query=pos_f)
 
 
 def test_kernel_converges_under_mesh_refinement():
     """Fixed continuum data on refinements of an irregular mesh: the kernel K(x_i, y_k) at the
     coarse nodes converges at order 2 (lumped P1 quadrature in every integral)."""
     torch.manual_seed(2)
-    model = NAO(pairs=3, dim=2, dk=2).double()
+    model = NAO(3, dim=2, head_channels=2).double()
 
     def fields(p):
         j = torch.arange(1, 4, dtype=p.dtype)
@@ -91,60 +113,44 @@ def test_kernel_converges_under_mesh_refinement():
     Ks = []
     with torch.no_grad():
         for x, pos, w, _ in samples:
-            Ks.append(model.kernel(x[:, :3], x[:, 3:], pos, w)[0, :n0, :n0])
+            Ks.append(model.kernel(x[:, :3], pos, w, x_query=x[:, 3:])[0, :n0, :n0])
     errors = [float((K - Ks[-1]).norm() / Ks[-1].norm()) for K in Ks[:-1]]
     assert_convergence_rate([s[3] for s in samples[:-1]], errors, expected=2.0, tol=0.35)
 
 
 def test_rebuild_from_hparams_and_float32():
-    model = NAO(pairs=4, dim=2, dk=3, coord_scale=2.0)
-    clone = build_model("nao", **model.hparams)
+    """NAO is not a registered field-to-field model, but its hparams rebuild it."""
+    assert "nao" not in MODELS and "discrete_nao" not in MODELS
+    model = NAO(4, dim=2, head_channels=3, coord_scale=2.0)
+    clone = NAO(**model.hparams)
     clone.load_state_dict(model.state_dict())
     u, f, pos, w, _, _ = _system(10, 10, dtype=torch.float32)
-    torch.testing.assert_close(clone(u, f, pos, w), model(u, f, pos, w))
-    assert model(u, f, pos, w).dtype == torch.float32
+    torch.testing.assert_close(clone(u, pos, w, x_query=f), model(u, pos, w, x_query=f))
+    assert model(u, pos, w, x_query=f).dtype == torch.float32
 
 
 def test_node_permutation_permutes_kernel_and_prediction():
     torch.manual_seed(4)
-    model = NAO(pairs=4, dim=2, dk=3).double()
+    model = NAO(4, dim=2, head_channels=3).double()
     u, f, pos, w, _, _ = _system(12, 12, seed=5)
     perm = torch.randperm(12)
-    K = model.kernel(u, f, pos, w)[0]
-    Kp = model.kernel(u[perm], f[perm], pos[perm], w[perm])[0]
+    K = model.kernel(u, pos, w, x_query=f)[0]
+    Kp = model.kernel(u[perm], pos[perm], w[perm], x_query=f[perm])[0]
     torch.testing.assert_close(Kp, K[perm][:, perm])
 
 
 def test_discrete_nao_is_tied_to_its_mesh():
     u, f, pos, w, _, _ = _system(10, 10)
-    model = DiscreteNAO(pairs=4, num_nodes=10, dk=3).double()
+    model = DiscreteNAO(4, num_nodes=10, head_channels=3).double()
     with pytest.raises(MeshMismatchError, match="bind_mesh"):
-        model(u, f, pos, w)
+        model(u, pos, w, x_query=f)
     model.bind_mesh(pos)
-    assert model(u, f, pos, w).shape == (10, 4)
-    clone = build_model("discrete_nao", **model.hparams).double()
+    assert model(u, pos, w, x_query=f).shape == (10, 4)
+    clone = DiscreteNAO(**model.hparams).double()
     clone.load_state_dict(model.state_dict())  # the mesh travels with the checkpoint
-    torch.testing.assert_close(clone(u, f, pos, w), model(u, f, pos, w))
+    assert "mesh_pos_query" in model.state_dict()
+    torch.testing.assert_close(clone(u, pos, w, x_query=f), model(u, pos, w, x_query=f))
     with pytest.raises(MeshMismatchError, match="training u-mesh"):
-        model(u, f, pos + 0.01, w)
+        model(u, pos + 0.01, w, x_query=f)
     with pytest.raises(MeshMismatchError, match="NAO"):
-        model(u[:8], f[:8], pos[:8], w[:8])
-
-
-def _example(name):
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).parents[2] / "examples" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_examples_run_and_transfer_across_meshes():
-    errors = _example("nao_kernel_1d").main(dx=0.1, d=50, sweeps=2)  # smoke run, coarse
-    assert set(errors) == {0.0, 1.0} and all(map(math.isfinite, sum(errors.values(), ())))
-    errors = _example("nao_darcy").main(n=6, tasks=2, d=6, epochs=2)
-    assert set(errors) == {"train", "refined"}
-    # an untrained NAO predicts ~0; the relative error is then ~1 on both meshes, never blows up
-    assert all(0 < e < 1.5 for e in errors.values())
+        model(u[:8], pos[:8], w[:8], x_query=f[:8])

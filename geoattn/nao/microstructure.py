@@ -17,14 +17,17 @@ boundary, in the quadrature form :math:`p(x_i) = \sum_k w_k K(x_i, y_k) g(y_k)`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import meshio
 import numpy as np
 import torch
 from scipy.sparse.linalg import splu
 
-from .darcy import DarcyProblem, PiecewiseConstant
-from .grf import GaussianRandomField, preset
+from ..data.darcy import DarcyProblem, PiecewiseConstant
+from ..data.grf import GaussianRandomField, preset
+
+if TYPE_CHECKING:
+    import meshio
 
 __all__ = ["MicrostructureTask", "microstructure_tasks", "green_kernel"]
 

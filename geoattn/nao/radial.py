@@ -14,10 +14,10 @@ The responses are computed by composite 16-point Gauss–Legendre quadrature on 
 :math:`\le 1/4` split at the jumps and kinks of :math:`g[u](\cdot, x)` (accurate to about
 :math:`10^{-12}`; the paper uses adaptive Gauss–Kronrod), not by the Riemann sums the model uses.
 
-Tokens (eq. (20)): the u-mesh is the r-grid :math:`r_k = k\,\Delta r`, :math:`k = 1..N`,
+Tokens (eq. (20)): the u-mesh (the model's source mesh) is the r-grid :math:`r_k = k\,\Delta r`, :math:`k = 1..N`,
 :math:`N = \lfloor \delta/\Delta r \rfloor`, with weights :math:`\Delta r`; the features are
 :math:`d` sample points :math:`x_j` (each "pair" is :math:`(g[u](\cdot, x_j), f(x_j))`); the f-mesh
-is a single point (coordinate 0, weight 1). The pairs of a task are all
+(the model's query mesh) is a single point (coordinate 0, weight 1). The pairs of a task are all
 :math:`(u_i, x_j)` with :math:`|x_j| \le \pi + \delta` on a grid of spacing :math:`\Delta x`
 (by default :math:`\Delta r`),
 and sample :math:`s` of :math:`S = \lfloor P/d \rfloor` takes pairs :math:`s, s+S, \dots` (strided
@@ -33,8 +33,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .model import TokenMesh
+
 __all__ = ["RadialKernelProblem", "RadialSamples", "cosine_kernel", "diverse_kernels",
-           "gaussian_kernel", "loading", "ood1_kernel", "polynomial_kernel", "sine_kernel",
+           "gaussian_kernel", "loading", "ood1_kernel", "polynomial_kernel", "response", "sine_kernel",
            "LOADINGS", "DELTA"]
 
 DELTA = 11.0
@@ -105,15 +107,14 @@ def response(kernel: Callable, u: Callable, x: np.ndarray, delta: float = DELTA)
 @dataclass
 class RadialSamples:
     """Token tensors of one task: ``u [S, N, d]`` loadings on the r-grid, ``f [S, 1, d]``
-    responses, the r-grid ``pos [N, 1]`` and ``weight [N]``, the f-mesh ``pos_f [1, 1]`` and
-    ``weight_f [1]``, and the true kernel on the r-grid ``kernel [N]``."""
+    responses, the r-grid ``mesh`` (:class:`~geoattn.nao.TokenMesh`, ``pos [1, N, 1]``,
+    ``weight [1, N]``), the one-point f-mesh ``mesh_query`` (``pos [1, 1, 1]``, ``weight [1, 1]``),
+    and the true kernel on the r-grid ``kernel [N]``."""
 
     u: torch.Tensor
     f: torch.Tensor
-    pos: torch.Tensor
-    weight: torch.Tensor
-    pos_f: torch.Tensor
-    weight_f: torch.Tensor
+    mesh: TokenMesh
+    mesh_query: TokenMesh
     kernel: torch.Tensor
 
 
@@ -154,6 +155,6 @@ class RadialKernelProblem:
         idx = np.stack([np.arange(s, g.shape[1], S)[:d] for s in range(S)])  # (S, d)
         t = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=dtype)  # noqa: E731
         return RadialSamples(u=t(g[:, idx].transpose(1, 0, 2)), f=t(f[idx][:, None, :]),
-                             pos=t(self.r[:, None]), weight=t(np.full(len(self.r), self.dx)),
-                             pos_f=t(np.zeros((1, 1))), weight_f=t(np.ones(1)),
+                             mesh=TokenMesh.of(t(self.r[:, None]), t(np.full(len(self.r), self.dx))),
+                             mesh_query=TokenMesh.of(t(np.zeros((1, 1))), t(np.ones(1))),
                              kernel=t(kernel(self.r)))

@@ -3,9 +3,8 @@ import pytest
 import torch
 from scipy.integrate import quad
 
-from geoattn.data.nonlocal_kernel import (LOADINGS, RadialKernelProblem, cosine_kernel,
-                                          diverse_kernels, loading, ood1_kernel,
-                                          polynomial_kernel, response, sine_kernel)
+from geoattn.nao.radial import (LOADINGS, RadialKernelProblem, cosine_kernel, diverse_kernels,
+                                loading, ood1_kernel, polynomial_kernel, response, sine_kernel)
 
 
 @pytest.mark.parametrize("kernel", [sine_kernel(2.0), ood1_kernel, cosine_kernel(3.0),
@@ -41,12 +40,17 @@ def test_samples_are_strided_pairs_and_the_model_riemann_sum_approximates_f():
     s = prob.samples(sine_kernel(5.0), d=100)
     S, N, d = s.u.shape
     assert (N, d) == (220, 100) and s.f.shape == (S, 1, d) and S == (2 * len(prob.x)) // 100
+    # the r-grid r_k = k dx with weights dx, and the one-point f-mesh (coordinate 0, weight 1)
+    assert s.mesh.pos.shape == (1, N, 1) and s.mesh.weight.shape == (1, N)
+    torch.testing.assert_close(s.mesh.pos[0, :, 0], 0.05 * torch.arange(1, N + 1, dtype=s.u.dtype))
+    assert bool((s.mesh.weight == 0.05).all())
+    assert s.mesh_query.pos.tolist() == [[[0.0]]] and s.mesh_query.weight.tolist() == [[1.0]]
     # the true kernel in the model's quadrature form reproduces f to Riemann-sum accuracy
-    pred = (s.weight * s.kernel) @ s.u  # (S, d)
+    pred = (s.mesh.weight[0] * s.kernel) @ s.u  # (S, d)
     err = (pred - s.f[:, 0]).norm() / s.f.norm()
     assert err < 0.1  # about 7.5 % at dx = 0.05: the jumps of u make the Riemann sum first order
     fine = RadialKernelProblem(dx=0.0125).samples(sine_kernel(5.0), d=100)
-    err_fine = ((fine.weight * fine.kernel) @ fine.u - fine.f[:, 0]).norm() / fine.f.norm()
+    err_fine = ((fine.mesh.weight[0] * fine.kernel) @ fine.u - fine.f[:, 0]).norm() / fine.f.norm()
     assert err_fine < err / 2  # first order (jumps of u): the error falls with dx
 
 

@@ -14,19 +14,19 @@ import math
 import torch
 from torch import nn
 
-from .functional import dense_batch
+from ..nn.functional import dense_batch, num_graphs
 
 __all__ = ["NonlocalAttention", "join_tokens", "split_tokens"]
 
 
 def join_tokens(u: torch.Tensor, f: torch.Tensor, weight: torch.Tensor,
-                weight_f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                weight_query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Stack u-tokens ``[B, N, d]`` and f-tokens ``[B, Nf, d]`` into ``X [B, N + Nf, d]`` with the
     matching weights ``[B, N + Nf]`` (weights with leading dimension 1 broadcast over ``B``)."""
-    B = max(u.shape[0], weight.shape[0], weight_f.shape[0])
+    B = max(u.shape[0], weight.shape[0], weight_query.shape[0])
     weight = weight.expand(B, -1)
-    weight_f = weight_f.expand(B, -1)
-    return torch.cat([u, f], dim=1), torch.cat([weight, weight_f], dim=1)  # (B, N+Nf, d), (B, N+Nf)
+    weight_query = weight_query.expand(B, -1)
+    return torch.cat([u, f], dim=1), torch.cat([weight, weight_query], dim=1)  # (B, N+Nf, d), (B, N+Nf)
 
 
 def split_tokens(x: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -63,37 +63,54 @@ class NonlocalAttention(nn.Module):
     so :math:`W^Q, W^K` start small (normal, std :math:`0.1/\sqrt{d}`) and the biases at zero.
 
     Args:
-        pairs (int): number of data pairs :math:`d` (the feature width).
-        dk (int): rank :math:`d_k` of :math:`W^{QK} = W^Q (W^K)^\top / \sqrt{d_k}`.
+        channels (int): the token feature width, the number of data pairs :math:`d`.
+        head_channels (int): rank :math:`d_k` of :math:`W^{QK} = W^Q (W^K)^\top / \sqrt{d_k}`.
         bias (bool, optional): learn :math:`b^Q, b^K`. (default: ``True``)
 
     Shapes:
-        - **input:** u-tokens ``u [N, d]``, f-tokens ``f [Nf, d]``, weights ``weight [N]``,
-          ``weight_f [Nf]``, optional graph indices ``batch [N]``, ``batch_f [Nf]``.
-        - **output:** the updated ``(u [N, d], f [Nf, d])``.
+        - **input:** the u-tokens ``x [N, d]`` on their mesh (``pos [N, dim]``, unused, kept for
+          the common signature; ``weight [N]``; ``batch [N]``, optional), and the f-tokens on the
+          query mesh as keywords: ``x_query [Nq, d]``, ``weight_query [Nq]``, ``batch_query [Nq]``
+          (optional).
+        - **output:** the updated ``(x [N, d], x_query [Nq, d])``.
     """
 
-    def __init__(self, pairs: int, dk: int, bias: bool = True):
+    def __init__(self, channels: int, head_channels: int, bias: bool = True):
         super().__init__()
-        self.pairs, self.dk, self.bias = pairs, dk, bias
-        self.query = nn.Linear(pairs, dk, bias=bias)
-        self.key = nn.Linear(pairs, dk, bias=bias)
+        self.channels, self.head_channels, self.bias = channels, head_channels, bias
+        self.query = nn.Linear(channels, head_channels, bias=bias)
+        self.key = nn.Linear(channels, head_channels, bias=bias)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         # the update is cubic in the tokens: start it small (std 0.1/sqrt(d), zero biases)
         for lin in (self.query, self.key):
-            nn.init.normal_(lin.weight, std=0.1 / math.sqrt(self.pairs))
+            nn.init.normal_(lin.weight, std=0.1 / math.sqrt(self.channels))
             if lin.bias is not None:
                 nn.init.zeros_(lin.bias)
 
     def extra_repr(self) -> str:
-        return f"pairs={self.pairs}, dk={self.dk}, bias={self.bias}"
+        return f"{self.channels}, head_channels={self.head_channels}, bias={self.bias}"
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Queries and keys ``[..., dk]`` of tokens ``[..., d]``, the queries scaled by
         :math:`1/\\sqrt{d_k}` so that the score is ``q @ k.T``."""
-        return self.query(x) / math.sqrt(self.dk), self.key(x)
+        return self.query(x) / math.sqrt(self.head_channels), self.key(x)
+
+    @staticmethod
+    def augmented(lin: nn.Linear) -> torch.Tensor:
+        """The map ``lin`` as one matrix ``[C (+ 1), dk]``: ``lin(x) = [x, 1] @ W`` (the row of
+        ones only with a bias)."""
+        rows = [lin.weight.T] + ([lin.bias[None]] if lin.bias is not None else [])
+        return torch.cat(rows)
+
+    @torch.no_grad()
+    def load_augmented(self, lin: nn.Linear, W: torch.Tensor) -> None:
+        """Set ``lin`` (:attr:`query` or :attr:`key`) from a matrix ``W [C (+ 1), dk]`` of
+        :meth:`augmented` form."""
+        lin.weight.copy_(W[:lin.in_features].T.to(lin.weight.dtype))
+        if lin.bias is not None:
+            lin.bias.copy_(W[lin.in_features].to(lin.bias.dtype))
 
     def forward_dense(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """The layer on padded tokens ``x [B, T, d]`` with weights ``[B, T]`` (0 on padding)."""
@@ -101,12 +118,13 @@ class NonlocalAttention(nn.Module):
         kx = torch.einsum("btk,bt,btd->bkd", k, weight.to(x.dtype), x)  # (B, dk, d) = ∫ k^T X dy
         return x + q @ kx
 
-    def forward(self, u: torch.Tensor, f: torch.Tensor, weight: torch.Tensor,
-                weight_f: torch.Tensor, batch: torch.Tensor | None = None,
-                batch_f: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        B = max(int(b.max()) + 1 if b is not None and b.numel() else 1 for b in (batch, batch_f))
-        du = dense_batch(u, None, weight, batch, batch_size=B)
-        df = dense_batch(f, None, weight_f, batch_f, batch_size=B)
+    def forward(self, x: torch.Tensor, pos: torch.Tensor | None, weight: torch.Tensor,
+                batch: torch.Tensor | None = None, *, x_query: torch.Tensor,
+                weight_query: torch.Tensor,
+                batch_query: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        B = num_graphs(batch, batch_query)
+        du = dense_batch(x, None, weight, batch, batch_size=B)
+        df = dense_batch(x_query, None, weight_query, batch_query, batch_size=B)
         x, w = join_tokens(du.x, df.x, du.weight, df.weight)  # (B, T, d), (B, T)
         u_out, f_out = split_tokens(self.forward_dense(x, w), du.x.shape[1])
         return u_out[du.mask], f_out[df.mask]

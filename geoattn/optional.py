@@ -1,0 +1,113 @@
+"""Optional dependencies, in one place: which extra installs each, and progress bars without tqdm.
+
+The core of geoattn (meshes, layers, models, training) needs torch, torch-geometric, meshio,
+numpy and scipy. Other packages are imported where a feature uses them, through
+:func:`require`, so that ``import geoattn.models`` stays light and a missing package says which
+extra to install:
+
+=============  ===================  ===================================================
+extra          packages             features
+=============  ===================  ===================================================
+``data``       scikit-fem, h5py     Darcy data, mesh families and refinement, dataset files
+``plot``       matplotlib           figures of reports and predictions
+``progress``   tqdm                 progress bars (without it training runs silently)
+``partition``  pymetis              METIS partitions (coordinate bisection otherwise)
+``all``        all four             the demo and the test suite
+=============  ===================  ===================================================
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+from collections.abc import Iterable
+from types import ModuleType
+
+log = logging.getLogger(__name__)
+
+#: pip package of an import name, where the two differ.
+_PACKAGES = {"skfem": "scikit-fem"}
+
+
+class MissingDependencyError(ImportError):
+    """An optional package is not installed; the message names the extra that installs it."""
+
+
+def require(module: str, extra: str, feature: str) -> ModuleType:
+    """Import and return ``module``, or raise an :class:`ImportError` saying how to install it.
+
+    Args:
+        module: import name, e.g. ``"skfem"`` or ``"matplotlib.pyplot"``.
+        extra: the geoattn extra that installs it, e.g. ``"data"``.
+        feature: what needs it, for the message, e.g. ``"the Darcy solver"``.
+
+    Raises:
+        MissingDependencyError: (an :class:`ImportError`) when ``module`` or a parent package
+            is not installed; an import error raised inside an installed package propagates as is.
+    """
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        if err.name is None or not (module == err.name or module.startswith(err.name + ".")):
+            raise
+        package = _PACKAGES.get(err.name.partition(".")[0], err.name.partition(".")[0])
+        raise MissingDependencyError(
+            f"the {package!r} package, needed for {feature}, is not installed; "
+            f"install it with: pip install 'geoattn[{extra}]'"
+        ) from err
+
+
+class _NoProgress:
+    """Stand-in for a tqdm bar: iterates over ``iterable`` and shows nothing."""
+
+    def __init__(self, iterable: Iterable | None = None):
+        self.iterable = iterable
+
+    def __iter__(self):
+        return iter(() if self.iterable is None else self.iterable)
+
+    def __enter__(self) -> _NoProgress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def update(self, n: float = 1) -> None:
+        pass
+
+    def set_postfix(self, *args, **kwargs) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@functools.cache
+def _say_once(message: str) -> None:
+    log.info("%s", message)
+
+
+def progress(iterable: Iterable | None = None, *, enabled: bool = True, **tqdm_kwargs):
+    """A progress bar: ``tqdm.auto.tqdm(iterable, **tqdm_kwargs)`` when ``enabled`` and installed.
+
+    Otherwise a silent stand-in with the same small API (iteration over ``iterable``,
+    ``update``, ``set_postfix``, ``close``, use as a context manager). When a bar is wanted but
+    tqdm is missing, this is logged once at INFO level with the extra that installs it.
+
+    Args:
+        iterable: what to iterate over (default ``None``: drive the bar with ``update``).
+        enabled: show a bar (default ``True``).
+        **tqdm_kwargs: passed to tqdm (``total``, ``desc``, ``unit``, ``leave``, ...).
+    """
+    if enabled:
+        try:
+            tqdm = require("tqdm.auto", "progress", "progress bars").tqdm
+        except MissingDependencyError as err:
+            _say_once(str(err))
+        else:
+            return tqdm(iterable, **tqdm_kwargs)
+    return _NoProgress(iterable)
+
+
+__all__ = ["MissingDependencyError", "progress", "require"]

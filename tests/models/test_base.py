@@ -1,0 +1,53 @@
+"""The model registry and base class: hyperparameters recorded, renamed arguments, docstrings."""
+
+import logging
+
+import pytest
+import torch
+
+from geoattn.models import FANO, MODELS, TNO, ViTNO, build_model
+from geoattn.models.base import RENAMED_ARGUMENTS
+from geoattn.nao import NAO
+
+
+def test_registry_holds_field_to_field_models_only():
+    assert {"tno", "galerkin", "gno", "vit", "fano"} <= set(MODELS)
+    assert not any(issubclass(cls, NAO) for cls in MODELS.values())
+    # NAO still records its arguments (for saving) although it is not registered
+    assert NAO(6, dim=1, head_channels=3).hparams["head_channels"] == 3
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_registered_model_documents_its_arguments(name):
+    doc = MODELS[name].__doc__
+    assert doc is not None and "Args:" in doc and "in_channels" in doc, name
+
+
+def test_subclass_without_init_records_its_own_arguments():
+    model = FANO(1, 1, width=8, depth=1, num_heads=2, num_patches=2, modes=1)
+    assert model.hparams["num_patches"] == 2 and model.hparams["num_heads"] == 2
+    rebuilt = build_model("fano", **model.hparams)
+    assert type(rebuilt) is FANO and rebuilt.hparams == model.hparams
+    assert type(build_model("vit", **ViTNO(1, 1, width=8, num_heads=2).hparams)) is ViTNO
+
+
+def test_former_argument_names_are_renamed_with_a_log(caplog):
+    assert RENAMED_ARGUMENTS["heads"] == "num_heads"
+    with caplog.at_level(logging.WARNING):
+        model = build_model("tno", in_channels=1, out_channels=1, width=8, depth=1, heads=2)
+    assert model.hparams["num_heads"] == 2 and "heads" not in model.hparams
+    assert "now called 'num_heads'" in caplog.text
+    with pytest.raises(ValueError, match="former name"):
+        build_model("tno", in_channels=1, out_channels=1, heads=2, num_heads=2)
+
+
+def test_old_checkpoint_arguments_rebuild_the_same_model():
+    """A checkpoint written with ``heads`` loads into the renamed model with identical outputs."""
+    torch.manual_seed(0)
+    new = TNO(1, 1, width=8, depth=1, num_heads=2)
+    old_kwargs = dict(new.hparams)
+    old_kwargs["heads"] = old_kwargs.pop("num_heads")
+    rebuilt = build_model("tno", **old_kwargs)
+    rebuilt.load_state_dict(new.state_dict())
+    x, pos, w = torch.rand(7, 1), torch.rand(7, 2), torch.full((7,), 1 / 7)
+    assert torch.equal(rebuilt(x, pos, w), new(x, pos, w))
