@@ -13,20 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import time
 
 import torch
+from timing import best_time
 
 from geoattn.mesh import knn_graph, partition, radius, radius_graph
 
-
-def best_time(fn, repeat: int) -> tuple[float, object]:
-    times, result = [], None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return min(times), result
+CPU = torch.device("cpu")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -43,15 +36,15 @@ def main(argv: list[str] | None = None) -> dict:
     weight = torch.full((args.nodes,), 1.0 / args.nodes)
     r = math.sqrt(args.neighbors / (math.pi * args.nodes))
     report = {"nodes": args.nodes, "radius": r}
-    t, ei = best_time(lambda: radius_graph(pos, r), args.repeat)
-    report.update(radius_graph_s=t, radius_graph_edges=ei.shape[1])
-    t, ei = best_time(lambda: radius(pos, pos[: args.nodes // 2], r), args.repeat)
-    report.update(radius_bipartite_half_s=t, radius_bipartite_edges=ei.shape[1])
-    t, ei = best_time(lambda: knn_graph(pos, 16), args.repeat)
-    report.update(knn_graph_16_s=t)
-    t, _ = best_time(lambda: partition(pos, weight, args.parts, method="rcb"), 1)
+    t = best_time(lambda: radius_graph(pos, r), CPU, args.repeat, warmup=False)
+    report.update(radius_graph_s=t, radius_graph_edges=radius_graph(pos, r).shape[1])
+    half = pos[: args.nodes // 2]
+    t = best_time(lambda: radius(pos, half, r), CPU, args.repeat, warmup=False)
+    report.update(radius_bipartite_half_s=t, radius_bipartite_edges=radius(pos, half, r).shape[1])
+    report.update(knn_graph_16_s=best_time(lambda: knn_graph(pos, 16), CPU, args.repeat, warmup=False))
+    t = best_time(lambda: partition(pos, weight, args.parts, method="rcb"), CPU, 1, warmup=False)
     report.update(rcb_partition_s=t, parts=args.parts)
-    t, _ = best_time(lambda: partition(pos, weight, args.parts), 1)
+    t = best_time(lambda: partition(pos, weight, args.parts), CPU, 1, warmup=False)
     report.update(metis_partition_knn_graph_s=t)
     print(json.dumps(report, indent=2))
     return report

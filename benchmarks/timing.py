@@ -13,10 +13,12 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def best_time(fn, device: torch.device, repeat: int) -> float:
-    """Fastest of ``repeat`` timed calls after one warm-up call (seconds)."""
-    fn()
-    sync(device)
+def best_time(fn, device: torch.device, repeat: int, warmup: bool = True) -> float:
+    """Fastest of ``repeat`` timed calls (seconds), after one untimed warm-up call unless
+    ``warmup=False`` (for calls too slow to repeat, or whose first run is the one to time)."""
+    if warmup:
+        fn()
+        sync(device)
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
