@@ -2,13 +2,19 @@
 
 Every error names the problem and, where there is one, the first offending index, so that a
 bad input is rejected at the boundary instead of surfacing as a crash deep inside torch or as a
-silent NaN. All mesh errors derive from :class:`MeshError`, itself a :class:`ValueError`.
+silent NaN. Every error derives from :class:`GeoattnError` (catch that to catch them all) and
+from :class:`ValueError` (or :class:`OSError` for files that cannot be written); all mesh errors
+derive from :class:`MeshError`.
 """
 
 from __future__ import annotations
 
 
-class MeshError(ValueError):
+class GeoattnError(Exception):
+    """Base class of every error geoattn raises on purpose, with a message naming the problem."""
+
+
+class MeshError(GeoattnError, ValueError):
     """Base class of every error about a mesh, a point cloud or a sample living on one."""
 
 
@@ -64,16 +70,30 @@ class MeshMismatchError(MeshError):
     """A model tied to one mesh (e.g. a Discrete-NAO mixer matrix) received a different mesh."""
 
 
-class CheckpointError(ValueError):
+class CheckpointError(GeoattnError, ValueError):
     """A checkpoint file is missing, truncated, corrupted or not a geoattn checkpoint."""
 
 
-class NonFiniteLossError(ValueError):
+class NonFiniteLossError(GeoattnError, ValueError):
     """The training loss became NaN or infinite; the last good checkpoint is kept."""
 
 
-class DatasetFileError(ValueError):
+class DatasetFileError(GeoattnError, ValueError):
     """A dataset file is missing parts, truncated, corrupted, incomplete, or not a geoattn dataset."""
+
+
+class ConfigError(GeoattnError, ValueError):
+    """A setting (command-line flag, configuration file entry, constructor argument) is out of
+    range or of the wrong type."""
+
+
+class NonFiniteOutputError(GeoattnError, ValueError):
+    """A model produced NaN or infinite values; nothing was written."""
+
+
+class OutputError(GeoattnError, OSError):
+    """An output file or folder cannot be written (missing parent, no permission, a folder in
+    the way); nothing was written."""
 
 
 class UnusedNodeWarning(UserWarning):
@@ -81,6 +101,7 @@ class UnusedNodeWarning(UserWarning):
 
 
 __all__ = [
+    "GeoattnError",
     "MeshError",
     "EmptyMeshError",
     "NonFiniteError",
@@ -99,4 +120,7 @@ __all__ = [
     "NonFiniteLossError",
     "UnusedNodeWarning",
     "DatasetFileError",
+    "ConfigError",
+    "NonFiniteOutputError",
+    "OutputError",
 ]
