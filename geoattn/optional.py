@@ -10,7 +10,7 @@ extra          packages             features
 =============  ===================  ===================================================
 ``data``       scikit-fem, h5py     Darcy data, mesh families and refinement, dataset files
 ``plot``       matplotlib           figures of reports and predictions
-``progress``   tqdm                 progress bars (without it training runs silently)
+``progress``   tqdm                 progress bars (torch-geometric installs it too)
 ``partition``  pymetis              METIS partitions (coordinate bisection otherwise)
 ``all``        all four             the demo and the test suite
 =============  ===================  ===================================================
