@@ -9,6 +9,7 @@ from .base import MODELS, NeuralOperator, build_model
 from .galerkin import GalerkinTransformer
 from .gno import GNO
 from .patched import FANO, ViTNO
+from .slice import SliceTransformer
 from .tno import TNO
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "GalerkinTransformer",
     "MODELS",
     "NeuralOperator",
+    "SliceTransformer",
     "TNO",
     "ViTNO",
     "build_model",

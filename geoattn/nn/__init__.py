@@ -11,6 +11,7 @@ from .continuum_attention import ContinuumAttention
 from .galerkin_attention import FourierAttention, GalerkinAttention
 from .graph_kernel import GraphKernelIntegral
 from .patch_attention import PatchAttention
+from .slice_attention import SliceAttention
 from .spectral import PatchSpectralIntegral, SpectralIntegral, SpectralSmoothing
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "GraphKernelIntegral",
     "PatchAttention",
     "PatchSpectralIntegral",
+    "SliceAttention",
     "SpectralIntegral",
     "SpectralSmoothing",
     "functional",
