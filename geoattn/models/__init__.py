@@ -7,6 +7,7 @@ from data pairs, lives in :mod:`geoattn.nao`.
 
 from .base import MODELS, NeuralOperator, build_model
 from .galerkin import GalerkinTransformer
+from .fno import MeshFNO
 from .gno import GNO
 from .patched import FANO, ViTNO
 from .slice import SliceTransformer
@@ -17,6 +18,7 @@ __all__ = [
     "GNO",
     "GalerkinTransformer",
     "MODELS",
+    "MeshFNO",
     "NeuralOperator",
     "SliceTransformer",
     "TNO",

@@ -281,7 +281,10 @@ class SpectralIntegral(nn.Module):
         \qquad
         \hat u(m) = \frac{1}{|B|} \sum_i w_i\, u_i\, e^{-2\pi i\, m \cdot (x_i - a)/L}.
 
-    The box is that of the nodes of positive weight of each graph. The coefficients are a
+    The box is that of the nodes of positive weight of each graph, extended by the fraction
+    ``padding`` of its sides on the upper end of every axis, :math:`L = (1 + p)(b - a)`, as FNO pads
+    non-periodic domains: the truncated series is then periodic on the larger box, and need not
+    match the function's values on opposite sides of the domain. The coefficients are a
     quadrature of the continuum Fourier integral, so the output converges
     at the order of the quadrature as the mesh is refined. The cost is
     :math:`O((N + N_\text{out}) M C + M C_\text{in} C_\text{out})` for :math:`M` modes.
@@ -291,6 +294,7 @@ class SpectralIntegral(nn.Module):
         out_channels: :math:`C_\text{out}`.
         modes: :math:`K` per dimension (int or sequence of ``dim`` ints); ``M = prod(2K + 1)``.
         dim: spatial dimension :math:`d`.
+        padding: fraction :math:`p \ge 0` by which the box extends past the nodes (default ``0``).
 
     Shapes:
         - **input:** ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional),
@@ -299,9 +303,13 @@ class SpectralIntegral(nn.Module):
         - **output:** ``[Nq, C_out]``.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, modes: int | Sequence[int], dim: int):
+    def __init__(self, in_channels: int, out_channels: int, modes: int | Sequence[int], dim: int,
+                 padding: float = 0.0):
         super().__init__()
+        if padding < 0:
+            raise ValueError(f"padding must be >= 0, got {padding}")
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
+        self.padding = padding
         self.modes = modes
         self.register_buffer("mode_index", fourier_modes(modes, dim), persistent=False)
         self.mix = ModeLinear(in_channels, out_channels, len(self.mode_index))
@@ -328,6 +336,7 @@ class SpectralIntegral(nn.Module):
         if batch is None:
             batch = torch.zeros(len(pos), dtype=torch.long, device=pos.device)
         lo, hi = bounding_box(pos, batch, b, weight)
+        hi = lo + (1.0 + self.padding) * (hi - lo)
         frame = box_frame(pos, batch, b, box=(lo, hi))
         coeff = self.multiply(fourier_coefficients(x, weight, frame, self.mode_index), hi - lo)
         if pos_query is not None:
@@ -335,7 +344,8 @@ class SpectralIntegral(nn.Module):
         return fourier_evaluate(coeff, frame, self.mode_index)
 
     def extra_repr(self) -> str:
-        return f"{self.in_channels}, {self.out_channels}, modes={self.modes}, dim={self.dim}"
+        pad = f", padding={self.padding}" if self.padding else ""
+        return f"{self.in_channels}, {self.out_channels}, modes={self.modes}, dim={self.dim}{pad}"
 
 
 class SpectralSmoothing(SpectralIntegral):
@@ -368,7 +378,7 @@ class SpectralSmoothing(SpectralIntegral):
         nn.Module.__init__(self)
         if eps <= 0 or alpha <= 0:
             raise ValueError(f"eps and alpha must be positive, got eps={eps}, alpha={alpha}")
-        self.dim, self.modes, self.eps, self.alpha = dim, modes, eps, alpha
+        self.dim, self.modes, self.eps, self.alpha, self.padding = dim, modes, eps, alpha, 0.0
         self.register_buffer("mode_index", fourier_modes(modes, dim), persistent=False)
 
     def reset_parameters(self) -> None:
