@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import ChannelError, DimensionError
+from ..errors import ChannelError, DimensionError, DTypeError
 
 MODELS: dict[str, type[NeuralOperator]] = {}
 
@@ -58,9 +58,22 @@ class NeuralOperator(nn.Module):
 
         cls.__init__ = recording_init
 
-    def check_inputs(self, x: torch.Tensor, pos: torch.Tensor) -> None:
+    def check_inputs(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor | None = None) -> None:
         """Raise :class:`~geoattn.errors.DimensionError` / :class:`~geoattn.errors.ChannelError`
-        when ``pos`` or ``x`` do not match the dimension and channels the model was built for."""
+        when ``pos`` or ``x`` do not match the dimension and channels the model was built for, and
+        :class:`~geoattn.errors.DTypeError` when ``x``, ``pos`` (or ``weight``, if given) are not
+        of the dtype of the model's parameters.
+
+        Inputs are never cast silently: a float16 or bfloat16 field given to a float32 model (or
+        float32 to a float64 one) is refused with the dtypes named; cast the inputs with
+        ``.to(dtype)`` or the model with ``model.to(dtype)``. Mixed precision through
+        :func:`torch.autocast` passes float32 inputs to a float32 model and is unaffected."""
+        dtype = next((p.dtype for p in self.parameters() if p.is_floating_point()), None)
+        for name, t in (("x", x), ("pos", pos), ("weight", weight)):
+            if dtype is not None and t is not None and t.dtype != dtype:
+                raise DTypeError(
+                    f"{type(self).__name__} has {dtype} parameters but got {name} of dtype {t.dtype}; "
+                    f"cast the inputs with .to({dtype}) or the model with .to({t.dtype})")
         if pos.dim() != 2 or pos.shape[1] != self.dim:
             raise DimensionError(
                 f"{type(self).__name__} was built for {self.dim}-D coordinates but got pos of shape "

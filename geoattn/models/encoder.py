@@ -25,6 +25,52 @@ class PointwiseMLP(nn.Sequential):
         super().__init__(nn.Linear(in_features, hidden), nn.GELU(), nn.Linear(hidden, out_features))
 
 
+class CoordinateFeatures(nn.Module):
+    r"""The input of a model's pointwise lift: the function values, the coordinates and, optionally,
+    random Fourier features of the coordinates (Tancik et al., NeurIPS 2020),
+
+    .. math::
+        \big(u(x),\ x,\ \cos(2\pi B x),\ \sin(2\pi B x)\big), \qquad
+        B \in \mathbb{R}^{F \times d},\ B_{ij} \sim \mathcal N(0, \sigma^2),
+
+    fixed (a buffer) or learned. The features are functions of the position only, so they are the
+    same on every mesh of the domain; they let a pointwise lift represent variation faster than
+    its width allows from :math:`x` alone.
+
+    Args:
+        in_channels: channels of ``u``.
+        dim: spatial dimension :math:`d`.
+        num_features: :math:`F` (default ``0``: values and coordinates only).
+        scale: :math:`\sigma`, in cycles per unit length (default ``1``).
+        learned: train :math:`B` (default ``False``).
+
+    Shapes:
+        - ``x [N, C]``, ``pos [N, d]`` to ``[N, C + d + 2F]`` (:attr:`out_features`).
+    """
+
+    def __init__(self, in_channels: int, dim: int, num_features: int = 0, scale: float = 1.0,
+                 learned: bool = False):
+        super().__init__()
+        if num_features < 0 or scale <= 0:
+            raise ValueError(f"need num_features >= 0 and scale > 0, got {num_features}, {scale}")
+        self.num_features, self.scale, self.learned = num_features, scale, learned
+        self.out_features = in_channels + dim + 2 * num_features
+        b = torch.randn(num_features, dim) * scale if num_features else None
+        if learned and b is not None:
+            self.frequencies = nn.Parameter(b)
+        else:
+            self.register_buffer("frequencies", b)
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        if self.frequencies is None:
+            return torch.cat([x, pos], dim=-1)
+        angle = 2 * torch.pi * pos @ self.frequencies.to(pos.dtype).T  # (N, F)
+        return torch.cat([x, pos, angle.cos(), angle.sin()], dim=-1)
+
+    def extra_repr(self) -> str:
+        return f"num_features={self.num_features}, scale={self.scale}, learned={self.learned}"
+
+
 class EncoderBlock(nn.Module):
     """Post-LayerNorm encoder block around a mixing layer :math:`\\mathcal{A}`:
 
@@ -65,7 +111,8 @@ DECODERS = ("pointwise", "cross")
 class EncoderOperator(NeuralOperator):
     r"""Shared ``lift -> blocks`` path of the encoder models, and their cross-attention decoder.
 
-    Subclasses set ``self.lift`` (a :class:`PointwiseMLP` on ``[x, pos]``) and ``self.blocks``
+    Subclasses set ``self.inputs`` (:class:`CoordinateFeatures`), ``self.lift`` (a
+    :class:`PointwiseMLP` on its output) and ``self.blocks``
     (:class:`EncoderBlock` list). With ``decoder="cross"`` they call :meth:`build_cross_decoder`
     with a cross-attention layer :math:`C` and read their output on a query mesh :math:`y` with
     :meth:`decode_cross`: an embedding :math:`E` of the query coordinates attends to the encoder
@@ -82,7 +129,7 @@ class EncoderOperator(NeuralOperator):
         """The encoder features ``[N, width]`` on the input mesh (``structure``: keyword
         arguments of the blocks' mixers)."""
         self.check_inputs(x, pos)
-        h = self.lift(torch.cat([x, pos], dim=-1))
+        h = self.lift(self.inputs(x, pos))
         for block in self.blocks:
             h = block(h, pos, weight, batch, **structure)
         return h

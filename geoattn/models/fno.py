@@ -10,7 +10,7 @@ from torch import nn
 
 from ..nn.spectral import SpectralIntegral
 from .base import NeuralOperator
-from .encoder import PointwiseMLP
+from .encoder import CoordinateFeatures, PointwiseMLP
 
 
 class MeshFNO(NeuralOperator, name="mesh_fno"):
@@ -43,6 +43,10 @@ class MeshFNO(NeuralOperator, name="mesh_fno"):
         depth: number of Fourier blocks (default ``4``).
         modes: Fourier modes :math:`K` per dimension, int or one per dimension (default ``4``).
         padding: fraction of the box added past the nodes on every axis (default ``0.25``).
+        fourier_features: random Fourier features of the coordinates added to the lift's input
+            (default ``0``: none; :class:`~geoattn.models.encoder.CoordinateFeatures`).
+        fourier_scale: their frequency scale :math:`\sigma` (default ``1.0``).
+        learned_features: train the frequencies (default ``False``).
 
     Shapes:
         - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional).
@@ -50,12 +54,15 @@ class MeshFNO(NeuralOperator, name="mesh_fno"):
     """
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 32,
-                 depth: int = 4, modes: int | Sequence[int] = 4, padding: float = 0.25):
+                 depth: int = 4, modes: int | Sequence[int] = 4, padding: float = 0.25, fourier_features: int = 0,
+                 fourier_scale: float = 1.0, learned_features: bool = False):
         super().__init__()
         if depth < 1:
             raise ValueError(f"depth must be at least 1, got {depth}")
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
-        self.lift = PointwiseMLP(in_channels + dim, 2 * width, width)
+        self.inputs = CoordinateFeatures(in_channels, dim, fourier_features, fourier_scale,
+                                         learned_features)
+        self.lift = PointwiseMLP(self.inputs.out_features, 2 * width, width)
         self.spectral = nn.ModuleList(SpectralIntegral(width, width, modes, dim, padding=padding)
                                       for _ in range(depth))
         self.linears = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
@@ -64,7 +71,7 @@ class MeshFNO(NeuralOperator, name="mesh_fno"):
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
                 batch: torch.Tensor | None = None) -> torch.Tensor:
         self.check_inputs(x, pos)
-        h = self.lift(torch.cat([x, pos], dim=-1))
+        h = self.lift(self.inputs(x, pos))
         for k, (spectral, linear) in enumerate(zip(self.spectral, self.linears)):
             h = linear(h) + spectral(h, pos, weight, batch)
             if k < len(self.linears) - 1:

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from ..nn.galerkin_attention import FourierAttention, GalerkinAttention
-from .encoder import EncoderBlock, EncoderOperator, PointwiseMLP
+from .encoder import CoordinateFeatures, EncoderBlock, EncoderOperator, PointwiseMLP
 
 _ATTENTION = {"galerkin": GalerkinAttention, "fourier": FourierAttention}
 
@@ -36,6 +36,10 @@ class GalerkinTransformer(EncoderOperator, name="galerkin"):
         num_heads: attention heads (default ``4``).
         ff_mult: feed-forward hidden size as a multiple of ``width`` (default ``2``).
         attention: ``"galerkin"`` (default) or ``"fourier"``.
+        fourier_features: random Fourier features of the coordinates added to the lift's input
+            (default ``0``: none; :class:`~geoattn.models.encoder.CoordinateFeatures`).
+        fourier_scale: their frequency scale :math:`\sigma` (default ``1.0``).
+        learned_features: train the frequencies (default ``False``).
 
     Shapes:
         - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional).
@@ -43,13 +47,16 @@ class GalerkinTransformer(EncoderOperator, name="galerkin"):
     """
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
-                 depth: int = 3, num_heads: int = 4, ff_mult: int = 2, attention: str = "galerkin"):
+                 depth: int = 3, num_heads: int = 4, ff_mult: int = 2, attention: str = "galerkin", fourier_features: int = 0,
+                 fourier_scale: float = 1.0, learned_features: bool = False):
         super().__init__()
         if attention not in _ATTENTION:
             raise ValueError(f"attention must be one of {sorted(_ATTENTION)}, got {attention!r}")
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
         layer = _ATTENTION[attention]
-        self.lift = PointwiseMLP(in_channels + dim, width, width)
+        self.inputs = CoordinateFeatures(in_channels, dim, fourier_features, fourier_scale,
+                                         learned_features)
+        self.lift = PointwiseMLP(self.inputs.out_features, width, width)
         self.blocks = nn.ModuleList(
             EncoderBlock(layer(width, num_heads=num_heads, dim=dim), width, ff_mult) for _ in range(depth))
         self.project = PointwiseMLP(width, 2 * width, out_channels)

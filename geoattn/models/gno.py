@@ -9,7 +9,7 @@ from torch import nn
 from ..mesh.neighbors import radius_graph
 from ..nn.graph_kernel import GraphKernelIntegral
 from .base import NeuralOperator
-from .encoder import PointwiseMLP
+from .encoder import CoordinateFeatures, PointwiseMLP
 
 
 class GNO(NeuralOperator, name="gno"):
@@ -33,6 +33,10 @@ class GNO(NeuralOperator, name="gno"):
         depth: number of kernel-integral layers (default ``3``).
         radius: ball radius :math:`r` (default ``0.25``).
         kernel_width: hidden width of the kernel networks (default ``32``).
+        fourier_features: random Fourier features of the coordinates added to the lift's input
+            (default ``0``: none; :class:`~geoattn.models.encoder.CoordinateFeatures`).
+        fourier_scale: their frequency scale :math:`\sigma` (default ``1.0``).
+        learned_features: train the frequencies (default ``False``).
 
     Shapes:
         - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional).
@@ -40,11 +44,14 @@ class GNO(NeuralOperator, name="gno"):
     """
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 16,
-                 depth: int = 3, radius: float = 0.25, kernel_width: int = 32):
+                 depth: int = 3, radius: float = 0.25, kernel_width: int = 32, fourier_features: int = 0,
+                 fourier_scale: float = 1.0, learned_features: bool = False):
         super().__init__()
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
         self.radius = radius
-        self.lift = PointwiseMLP(in_channels + dim, width, width)
+        self.inputs = CoordinateFeatures(in_channels, dim, fourier_features, fourier_scale,
+                                         learned_features)
+        self.lift = PointwiseMLP(self.inputs.out_features, width, width)
         self.kernels = nn.ModuleList(
             GraphKernelIntegral(width, width, dim, feature_channels=in_channels,
                                 hidden_channels=kernel_width) for _ in range(depth))
@@ -55,7 +62,7 @@ class GNO(NeuralOperator, name="gno"):
                 batch: torch.Tensor | None = None) -> torch.Tensor:
         self.check_inputs(x, pos)
         edge_index = radius_graph(pos, self.radius, batch)
-        h = self.lift(torch.cat([x, pos], dim=-1))
+        h = self.lift(self.inputs(x, pos))
         for k, (kernel, linear) in enumerate(zip(self.kernels, self.linears)):
             h = linear(h) + kernel(h, pos, weight, batch, edge_index=edge_index, f=x)
             if k < len(self.kernels) - 1:

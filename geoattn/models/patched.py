@@ -38,7 +38,7 @@ from ..mesh.partition import Partition, partition as make_partition
 from ..nn.functional import graph_slices
 from ..nn.patch_attention import PatchAttention
 from ..nn.spectral import PatchSpectralIntegral, SpectralIntegral, SpectralSmoothing, resolved_modes
-from .encoder import EncoderBlock, EncoderOperator, PointwiseMLP
+from .encoder import CoordinateFeatures, EncoderBlock, EncoderOperator, PointwiseMLP
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +136,8 @@ class PatchedOperator(EncoderOperator):
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
                  depth: int = 3, num_heads: int = 4, ff_mult: int = 2, num_patches: int = 16,
                  modes: int = 4, partition_method: str = "rcb", final_modes: int | None = None,
-                 decoder: str = "pointwise", smoothing_eps: float | None = None):
+                 decoder: str = "pointwise", smoothing_eps: float | None = None, fourier_features: int = 0,
+                 fourier_scale: float = 1.0, learned_features: bool = False):
         super().__init__()
         if partition_method not in ("rcb", "metis"):
             raise ValueError(f"partition_method must be 'rcb' or 'metis', got {partition_method!r}")
@@ -149,10 +150,12 @@ class PatchedOperator(EncoderOperator):
         self.decoder = self.check_decoder(decoder)
         self.modes = modes
         self._warned_resolution = False
+        self.inputs = CoordinateFeatures(in_channels, dim, fourier_features, fourier_scale,
+                                         learned_features)
         if self.spectral_lift:
-            self.lift = PatchMixer(PatchSpectralIntegral(in_channels + dim, width, modes, dim))
+            self.lift = PatchMixer(PatchSpectralIntegral(self.inputs.out_features, width, modes, dim))
         else:
-            self.lift = PointwiseMLP(in_channels + dim, width, width)
+            self.lift = PointwiseMLP(self.inputs.out_features, width, width)
         def attention() -> PatchMixer:
             return PatchMixer(PatchAttention(width, num_heads=num_heads, modes=modes, dim=dim,
                                              spectral_qkv=self.spectral_qkv))
@@ -217,7 +220,7 @@ class PatchedOperator(EncoderOperator):
                batch: torch.Tensor | None = None, *, patches: PatchIndex) -> torch.Tensor:
         """The encoder features ``[N, width]`` on the input mesh with patches ``patches``."""
         self.check_inputs(x, pos)
-        u = torch.cat([x, pos], dim=-1)
+        u = self.inputs(x, pos)
         h = self.lift(u, pos, weight, batch, patches=patches) if self.spectral_lift else self.lift(u)
         for block in self.blocks:
             h = block(h, pos, weight, batch, patches=patches)
@@ -269,6 +272,10 @@ _ARGS = r"""
         final_modes: modes of the residual spectral layer :math:`z + W_S z` on the whole domain
             (default ``None``: no such layer).
         decoder: ``"pointwise"`` (default) or ``"cross"`` (answers on a query mesh too).
+        fourier_features: random Fourier features of the coordinates added to the lift's input
+            (default ``0``: none; :class:`~geoattn.models.encoder.CoordinateFeatures`).
+        fourier_scale: their frequency scale :math:`\sigma` (default ``1.0``).
+        learned_features: train the frequencies (default ``False``).
         smoothing_eps: :math:`\varepsilon` of the smoothing last layer in place of the residual
             spectral layer (default ``None``: none; the paper uses ``1e-3``).
 

@@ -7,7 +7,7 @@ from torch import nn
 
 from ..nn.slice_attention import SliceAttention
 from .base import NeuralOperator
-from .encoder import PointwiseMLP
+from .encoder import CoordinateFeatures, PointwiseMLP
 
 
 class PreNormBlock(nn.Module):
@@ -56,6 +56,10 @@ class SliceTransformer(NeuralOperator, name="slice"):
         num_slices: slices per head :math:`G` (default ``32``).
         ff_mult: feed-forward hidden size as a multiple of ``width`` (default ``2``).
         dropout: dropout on the slice attention (default ``0.0``).
+        fourier_features: random Fourier features of the coordinates added to the lift's input
+            (default ``0``: none; :class:`~geoattn.models.encoder.CoordinateFeatures`).
+        fourier_scale: their frequency scale :math:`\sigma` (default ``1.0``).
+        learned_features: train the frequencies (default ``False``).
 
     Shapes:
         - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional).
@@ -64,10 +68,13 @@ class SliceTransformer(NeuralOperator, name="slice"):
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
                  depth: int = 3, num_heads: int = 4, num_slices: int = 32, ff_mult: int = 2,
-                 dropout: float = 0.0):
+                 dropout: float = 0.0, fourier_features: int = 0,
+                 fourier_scale: float = 1.0, learned_features: bool = False):
         super().__init__()
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
-        self.lift = PointwiseMLP(in_channels + dim, 2 * width, width)
+        self.inputs = CoordinateFeatures(in_channels, dim, fourier_features, fourier_scale,
+                                         learned_features)
+        self.lift = PointwiseMLP(self.inputs.out_features, 2 * width, width)
         self.blocks = nn.ModuleList(
             PreNormBlock(SliceAttention(width, num_heads=num_heads, num_slices=num_slices,
                                         dropout=dropout), width, ff_mult)
@@ -77,7 +84,7 @@ class SliceTransformer(NeuralOperator, name="slice"):
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
                 batch: torch.Tensor | None = None) -> torch.Tensor:
         self.check_inputs(x, pos)
-        h = self.lift(torch.cat([x, pos], dim=-1))
+        h = self.lift(self.inputs(x, pos))
         for block in self.blocks:
             h = block(h, pos, weight, batch)
         return self.project(h)

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from ..nn.continuum_attention import ContinuumAttention
-from .encoder import EncoderBlock, EncoderOperator, PointwiseMLP
+from .encoder import CoordinateFeatures, EncoderBlock, EncoderOperator, PointwiseMLP
 
 
 class TNO(EncoderOperator, name="tno"):
@@ -43,6 +43,10 @@ class TNO(EncoderOperator, name="tno"):
         ff_mult: feed-forward hidden size as a multiple of ``width`` (default ``2``).
         dropout: attention dropout (default ``0.0``).
         decoder: ``"pointwise"`` (default) or ``"cross"``.
+        fourier_features: random Fourier features of the coordinates added to the lift's input
+            (default ``0``: none; :class:`~geoattn.models.encoder.CoordinateFeatures`).
+        fourier_scale: their frequency scale :math:`\sigma` (default ``1.0``).
+        learned_features: train the frequencies (default ``False``).
 
     Shapes:
         - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional),
@@ -52,11 +56,14 @@ class TNO(EncoderOperator, name="tno"):
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
                  depth: int = 3, num_heads: int = 4, ff_mult: int = 2, dropout: float = 0.0,
-                 decoder: str = "pointwise"):
+                 decoder: str = "pointwise", fourier_features: int = 0,
+                 fourier_scale: float = 1.0, learned_features: bool = False):
         super().__init__()
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
         self.decoder = self.check_decoder(decoder)
-        self.lift = PointwiseMLP(in_channels + dim, width, width)
+        self.inputs = CoordinateFeatures(in_channels, dim, fourier_features, fourier_scale,
+                                         learned_features)
+        self.lift = PointwiseMLP(self.inputs.out_features, width, width)
         self.blocks = nn.ModuleList(
             EncoderBlock(ContinuumAttention(width, num_heads=num_heads, dropout=dropout), width, ff_mult)
             for _ in range(depth))

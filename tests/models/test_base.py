@@ -51,3 +51,45 @@ def test_old_checkpoint_arguments_rebuild_the_same_model():
     rebuilt.load_state_dict(new.state_dict())
     x, pos, w = torch.rand(7, 1), torch.rand(7, 2), torch.full((7,), 1 / 7)
     assert torch.equal(rebuilt(x, pos, w), new(x, pos, w))
+
+
+def test_coordinate_features_are_fourier_features_of_the_position():
+    from geoattn.models.encoder import CoordinateFeatures
+
+    torch.manual_seed(0)
+    feats = CoordinateFeatures(1, 2, num_features=3, scale=2.0).double()
+    x, pos = torch.rand(5, 1, dtype=torch.float64), torch.rand(5, 2, dtype=torch.float64)
+    out = feats(x, pos)
+    b = feats.frequencies
+    assert out.shape == (5, feats.out_features) == (5, 1 + 2 + 6)
+    assert torch.equal(out[:, :3], torch.cat([x, pos], 1))
+    assert torch.allclose(out[:, 3:6], torch.cos(2 * torch.pi * pos @ b.T))
+    assert torch.allclose(out[:, 6:], torch.sin(2 * torch.pi * pos @ b.T))
+    assert not any(p is b for p in feats.parameters())  # a buffer unless learned
+    learned = CoordinateFeatures(1, 2, 3, learned=True)
+    assert [n for n, _ in learned.named_parameters()] == ["frequencies"]
+    assert torch.equal(CoordinateFeatures(1, 2)(x, pos), torch.cat([x, pos], 1))
+    with pytest.raises(ValueError):
+        CoordinateFeatures(1, 2, num_features=-1)
+
+
+SMALL = {"tno": {}, "galerkin": {}, "gno": {"radius": 0.5}, "slice": {"num_slices": 4},
+         "mesh_fno": {"modes": 1}, "vit": {"num_patches": 2, "modes": 1}, "fano": {"num_patches": 2, "modes": 1}}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_model_takes_fourier_features_in_its_lift(name):
+    kw = dict(in_channels=1, out_channels=1, width=8, depth=1, **SMALL[name])
+    if "num_heads" in MODELS[name].__init__.__wrapped__.__code__.co_varnames:
+        kw["num_heads"] = 2
+    torch.manual_seed(0)
+    plain = build_model(name, **kw)
+    assert not any("frequencies" in k for k in plain.state_dict())  # old checkpoints still load
+    model = build_model(name, fourier_features=4, fourier_scale=3.0, **kw)
+    assert model.state_dict()["inputs.frequencies"].shape == (4, 2)
+    x, pos, w = torch.rand(30, 1), torch.rand(30, 2), torch.full((30,), 1 / 30)
+    out = model(x, pos, w)
+    assert out.shape == (30, 1) and torch.isfinite(out).all()
+    again = build_model(name, **model.hparams)
+    again.load_state_dict(model.state_dict())
+    assert torch.equal(again(x, pos, w), out)
