@@ -100,6 +100,24 @@ class UnusedNodeWarning(UserWarning):
     """Some nodes belong to no cell; they get zero lumped-mass weight (``unused="warn"``)."""
 
 
+class DTypeError(GeoattnError, ValueError):
+    """Input tensors have a floating dtype other than the model's (e.g. float16 values to a
+    float32 model); cast them, or the model, first."""
+
+
+class MeshFileError(MeshError):
+    """A mesh file cannot be read: empty, truncated, corrupted, a folder, or of a format meshio
+    does not know."""
+
+
+class DuplicateCellError(MeshError):
+    """A cell is listed twice (the same vertex set, in any order); its mass would count twice."""
+
+
+class ZeroNormError(GeoattnError, ValueError):
+    """The target of a relative error has zero norm, so the ratio is undefined."""
+
+
 __all__ = [
     "GeoattnError",
     "MeshError",
@@ -123,4 +141,8 @@ __all__ = [
     "ConfigError",
     "NonFiniteOutputError",
     "OutputError",
+    "DTypeError",
+    "MeshFileError",
+    "DuplicateCellError",
+    "ZeroNormError",
 ]

@@ -14,11 +14,12 @@ import importlib
 from .cells import CELL_DIMENSIONS, CELL_TYPES, lumped_mass, orient_cells, signed_volumes
 from .data import MeshData
 from .gradients import p1_gradients
-from .io import from_meshio, read_mesh, save_meshio, to_meshio, write_mesh
+from .io import from_meshio, read_mesh, read_meshio, save_meshio, to_meshio, write_mesh
 from .neighbors import knn, knn_graph, radius, radius_graph
 from .partition import Partition, partition, patch_centroids
 from .quadrature import integrate, weighted_mean
-from .validation import validate_field, validate_mesh, validate_sample, validate_weights
+from .validation import (validate_cells, validate_field, validate_mesh, validate_sample,
+                         validate_weights)
 from .weights import knn_weights, node_average_weights, quadrature_weights, voronoi_weights
 
 
@@ -50,9 +51,11 @@ __all__ = [
     "radius",
     "radius_graph",
     "read_mesh",
+    "read_meshio",
     "save_meshio",
     "signed_volumes",
     "to_meshio",
+    "validate_cells",
     "validate_field",
     "validate_mesh",
     "validate_sample",

@@ -38,7 +38,7 @@ class GalerkinTransformer(EncoderOperator, name="galerkin"):
         attention: ``"galerkin"`` (default) or ``"fourier"``.
         fourier_features: random Fourier features of the coordinates added to the lift's input
             (default ``0``: none; :class:`~geoattn.models.encoder.CoordinateFeatures`).
-        fourier_scale: their frequency scale :math:`\sigma` (default ``1.0``).
+        fourier_scale: their frequency scale :math:`\\sigma` (default ``1.0``).
         learned_features: train the frequencies (default ``False``).
 
     Shapes:
