@@ -23,6 +23,8 @@ from ..mesh import write_mesh
 from ..models import build_model
 from ..optional import require
 from ..train import NormalizedOperator, Trainer
+from ..train.checkpoint import check_writable
+from .train import SEEDS, check_setting
 
 log = logging.getLogger(__name__)
 MESHES = Path(__file__).resolve().parents[2] / "meshes"
@@ -47,8 +49,8 @@ QUICK = Recipe(train=16, test=2, epochs=2, width=16, depth=1, lr=5e-3)
 def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="a small smoke run (about a minute)")
     parser.add_argument("--out", default="geoattn-demo", help="report folder (default: %(default)s)")
-    parser.add_argument("--epochs", type=int, help="override the number of epochs")
-    parser.add_argument("--seed", type=int, default=0, help="data and training seed (default: 0)")
+    parser.add_argument("--epochs", type=int, help="override the number of epochs (an integer >= 1)")
+    parser.add_argument("--seed", type=int, default=0, help=f"data and training seed (0 to {SEEDS - 1}; default: 0)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
@@ -77,10 +79,11 @@ def run(args: argparse.Namespace) -> int:
     from ..data import darcy_samples
 
     require("matplotlib", "plot", "the demo's figures")  # fail now, not after training
+    check_setting("--seed", args.seed, int, 0, SEEDS)
     recipe = QUICK if args.quick else Recipe()
-    if args.epochs:
-        recipe = dataclasses.replace(recipe, epochs=args.epochs)
-    out = Path(args.out)
+    if args.epochs is not None:
+        recipe = dataclasses.replace(recipe, epochs=check_setting("--epochs", args.epochs, int, 1))
+    out = check_writable(args.out, folder=True)
     out.mkdir(parents=True, exist_ok=True)
     tic = time.perf_counter()
     meshes = demo_meshes()

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from ..errors import ConfigError
 from ..eval import cross_mesh_report, plot_errors
+from ..optional import require
 from ..train import load_operator
+from ..train.checkpoint import atomic_path, check_writable
+from .train import check_setting
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
@@ -14,36 +17,57 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("data", nargs="+", help="dataset file(s) with the same samples on several meshes")
     parser.add_argument("--meshes", help="comma-separated mesh names to score, the reference first "
                         "(default: all; the reference is a mesh named *train*, else the first)")
-    parser.add_argument("--first", type=int, help="score only the first N samples (default: all)")
-    parser.add_argument("--skip", type=int, default=0, help="skip the first N samples (e.g. training ones)")
+    parser.add_argument("--first", type=int, help="score only the first N samples, N >= 1 (default: all)")
+    parser.add_argument("--skip", type=int, default=0,
+                        help="skip the first N samples, N >= 0 (e.g. training ones; default: 0)")
     parser.add_argument("--out", help="folder for crossmesh.csv and errors.png (default: print only)")
+
+
+def _mesh_names(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names or len(set(names)) != len(names):
+        raise ConfigError(f"--meshes must list distinct mesh names separated by commas, got {text!r}")
+    return names
 
 
 def run(args: argparse.Namespace) -> int:
     from ..data.dataset import DarcyDataset, open_dataset_file
 
+    first = None if args.first is None else check_setting("--first", args.first, int, 1)
+    skip = check_setting("--skip", args.skip, int, 0)
+    wanted = _mesh_names(args.meshes)
+    out = None if args.out is None else check_writable(args.out, folder=True)
+    if out is not None:
+        require("matplotlib", "plot", "the errors.png of --out")  # fail now, not after scoring
     op = load_operator(args.checkpoint)
-    wanted = args.meshes.split(",") if args.meshes else None
-    datasets = {}
+    datasets, source = {}, {}
     for path in args.data:
         with open_dataset_file(path) as fh:
             names = sorted(fh["meshes"])
         for mesh in wanted or names:
             if mesh not in names:
                 continue
+            if mesh in datasets:
+                raise ConfigError(f"mesh {mesh!r} is in both {source[mesh]} and {path}; "
+                                  "give each dataset file once, with distinct mesh names")
             ds = DarcyDataset(path, mesh=mesh)
-            stop = len(ds) if args.first is None else min(len(ds), args.skip + args.first)
-            datasets[mesh] = [ds[i] for i in range(args.skip, stop)]
+            if skip >= len(ds):
+                raise ConfigError(f"--skip {skip} leaves no samples: mesh {mesh!r} of {path} has {len(ds)}")
+            stop = len(ds) if first is None else min(len(ds), skip + first)
+            datasets[mesh], source[mesh] = [ds[i] for i in range(skip, stop)], path
     missing = set(wanted or ()) - set(datasets)
     if missing or not datasets:
-        raise ValueError(f"meshes {sorted(missing)} not found in {args.data}" if missing
-                         else f"no samples to evaluate in {args.data}")
-    first = (wanted or [])[:1] or [m for m in datasets if "train" in m][:1] or [next(iter(datasets))]
-    report = cross_mesh_report({"model": op}, datasets, reference=first[0])
+        raise ConfigError(f"meshes {sorted(missing)} not found in {args.data}" if missing
+                          else f"no meshes to evaluate in {args.data}")
+    reference = (wanted or [])[:1] or [m for m in datasets if "train" in m][:1] or [next(iter(datasets))]
+    report = cross_mesh_report({"model": op}, datasets, reference=reference[0])
     print(report.table())
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        report.write_csv(out / "crossmesh.csv")
-        plot_errors(report, out / "errors.png")
+    if out is not None:
+        with atomic_path(out / "crossmesh.csv") as tmp:
+            report.write_csv(tmp)
+        with atomic_path(out / "errors.png") as tmp:
+            plot_errors(report, tmp)
+        print(f"wrote {out / 'crossmesh.csv'} and {out / 'errors.png'}")
     return 0

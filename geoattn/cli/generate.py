@@ -3,7 +3,8 @@
 Either from a recipe, ``geoattn generate --recipe fem_data/NAME.toml`` (written to
 ``fem_data/NAME.h5`` unless ``--out`` is given), or from arguments,
 ``geoattn generate darcy --mesh train=meshes/a.vtu --mesh meshes/b.vtu --n 100 --seed 0 --out FILE``.
-Running the same command again on an interrupted file resumes it.
+Running the same command again on an interrupted file resumes it. Ctrl-C or ``SIGTERM`` stops
+the generation cleanly (exit status 130), keeping every complete sample.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 from pathlib import Path
+
+from ..errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +43,7 @@ def _mesh_specs(items: list[str]) -> dict[str, dict]:
         name, _, path = item.rpartition("=")
         name = name or Path(path).stem
         if name in specs:
-            raise ValueError(f"two meshes are named {name!r}; name them with NAME=PATH")
+            raise ConfigError(f"two meshes are named {name!r}; name them with NAME=PATH")
         specs[name] = {"path": path}
     return specs
 
@@ -50,21 +54,28 @@ def run(args: argparse.Namespace) -> int:
 
     if args.recipe:
         if args.mesh or args.n is not None:
-            raise ValueError("give either --recipe or --mesh/--n, not both")
+            raise ConfigError("give either --recipe or --mesh/--n, not both")
         recipe = load_recipe(args.recipe)
         base = Path(args.recipe).resolve().parent
         out = Path(args.out) if args.out else base / f"{recipe.name}.h5"
     else:
         if not args.mesh or args.n is None or not args.out:
-            raise ValueError("without --recipe, give --mesh PATH (one or more), --n N and --out FILE")
+            raise ConfigError("without --recipe, give --mesh PATH (one or more), --n N and --out FILE")
         grf = {"preset": args.grf}
-        if args.modes:
+        if args.modes is not None:
             grf["modes"] = args.modes
         recipe = Recipe(meshes=_mesh_specs(args.mesh), n=args.n, seed=args.seed,
-                        family=args.family, grf=grf, name=Path(args.out).stem)
+                        family=args.family, grf=grf, name=Path(args.out).stem or "darcy")
         base, out = None, Path(args.out)
-    workers = args.workers or os.cpu_count() or 1
-    path = generate_darcy(out, recipe, workers=workers, progress=not args.no_progress, base=base)
+    if args.workers < 0:
+        raise ConfigError(f"--workers must be >= 0 (0: all cores), got {args.workers}")
+    try:
+        path = generate_darcy(out, recipe, workers=args.workers or os.cpu_count() or 1,
+                              progress=not args.no_progress, base=base)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM
+        print(f"geoattn generate: interrupted; the complete samples in {out} are kept, run the same "
+              "command again to resume", file=sys.stderr)
+        return 130
     log.info("wrote %s", path)
     print(f"{path}: {recipe.n} samples on meshes {sorted(recipe.meshes)}")
     return 0

@@ -7,12 +7,13 @@ import argparse
 import torch
 
 from ..mesh import read_mesh
+from ..mesh.weights import RULES
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("mesh", help="any mesh file meshio reads (.vtu, .msh, .xdmf, ...)")
-    parser.add_argument("--rule", default="lumped",
-                        help="quadrature rule: lumped, voronoi, knn or monte_carlo")
+    parser.add_argument("--rule", default="lumped", choices=RULES,
+                        help="quadrature rule (default: %(default)s; point clouds: monte_carlo)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,7 +3,10 @@
 Each subcommand module exposes ``add_args(parser)`` and ``run(args) -> int``, and imports what
 needs an optional extra (data, plots) in ``run``, so that every command's help and ``geoattn info``
 work with the core dependencies. Library code raises; only this function turns errors into an
-exit code and a one-line message (a missing extra included).
+exit code and a one-line message: every error geoattn raises on purpose
+(:class:`~geoattn.errors.GeoattnError`), a missing extra, a file-system error, a bad value and a
+bad command line alike exit with code 2 and one line on stderr, ``geoattn COMMAND: error: ...``;
+with ``-v`` the traceback comes first. An interrupt exits with code 130.
 """
 
 from __future__ import annotations
@@ -11,9 +14,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import traceback
 
 from .. import __version__
-from ..errors import MeshError
+from ..errors import ConfigError, GeoattnError
 from ..optional import MissingDependencyError
 from . import demo, evaluate, generate, info, predict, train
 
@@ -26,34 +30,63 @@ COMMANDS = {
     "predict": (predict, "run a checkpoint on a mesh file and write the prediction"),
 }
 
+#: the failures answered with a one-line message (exit code 2) rather than a traceback
+EXPECTED = (GeoattnError, MissingDependencyError, OSError, ValueError)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a bad command line raises :class:`~geoattn.errors.ConfigError` (one line,
+    answered by :func:`main`) instead of printing the usage and exiting."""
+
+    def error(self, message: str):
+        err = ConfigError(f"{message} (see {self.prog} --help)")
+        err.prog = self.prog
+        raise err
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="geoattn", description="Mesh-agnostic neural operators with quadrature-weighted attention."
     )
     parser.add_argument("--version", action="version", version=f"geoattn {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    verbose = {"action": "store_true", "help": "log progress details, and show the traceback of an error"}
+    parser.add_argument("-v", "--verbose", **verbose)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=module.__doc__)
+        p.add_argument("-v", "--verbose", default=argparse.SUPPRESS, **verbose)  # after the command too
         module.add_args(p)
         p.set_defaults(run=module.run)
     return parser
 
 
+def _fail(prog: str, err: BaseException, verbose: bool) -> int:
+    if verbose:
+        traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
+    message = " ".join(str(err).split()) or type(err).__name__
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except ConfigError as err:
+        return _fail(getattr(err, "prog", "geoattn"), err, verbose=False)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     if args.command is None:
         parser.print_help()
         return 0
+    prog = f"geoattn {args.command}"
     try:
         return args.run(args)
-    except (MeshError, FileNotFoundError, ValueError, MissingDependencyError) as err:
-        print(f"geoattn {args.command}: error: {err}", file=sys.stderr)
-        return 2
+    except EXPECTED as err:
+        return _fail(prog, err, args.verbose)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

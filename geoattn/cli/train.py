@@ -11,22 +11,44 @@ Model and training settings come from flags or a TOML file (flags win)::
     epochs = 20
     batch_size = 4
     lr = 0.003
+
+Every setting is checked before any work: a wrong type or an out-of-range value (``width = 0``,
+``--lr nan``, ``--val-fraction 1``) raises :class:`~geoattn.errors.ConfigError` naming it. The same
+``--seed`` gives the same weights. ``--resume`` continues ``OUT/last.pt`` with the model stored in
+it; settings that contradict it are refused.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import math
-import tomllib
+import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from ..errors import CheckpointError, ConfigError, DatasetFileError
 from ..models import MODELS, build_model
-from ..train import NormalizedOperator, Trainer, init_distributed
+from ..models.base import RENAMED_ARGUMENTS
+from ..train import NormalizedOperator, Trainer, init_distributed, load_checkpoint
+from ..train.checkpoint import check_writable
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10, with the tomli backport from the dependencies
+    import tomli as tomllib
 
 TRAIN_KEYS = ("epochs", "batch_size", "lr", "weight_decay", "clip", "seed", "h1")
 MODEL_FLAGS = ("width", "depth", "num_heads")
+#: constructor arguments that come from the dataset, never from the settings
+DATA_ARGUMENTS = ("in_channels", "out_channels", "dim")
+SEEDS = 2**32
+#: type and range of each training setting: (type, lowest, highest, lowest excluded)
+TRAIN_RANGES = {"epochs": (int, 1, None, False), "batch_size": (int, 1, None, False),
+                "lr": (float, 0, None, True), "weight_decay": (float, 0, None, False),
+                "clip": (float, 0, None, True), "seed": (int, 0, SEEDS, False), "h1": (bool, None, None, False)}
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
@@ -37,54 +59,161 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", choices=sorted(MODELS), help="model name (default: tno)")
     for name in MODEL_FLAGS:
         flags = [f"--{name.replace('_', '-')}"] + (["--heads"] if name == "num_heads" else [])
-        parser.add_argument(*flags, dest=name, type=int, help=f"model {name}")
-    parser.add_argument("--epochs", type=int)
-    parser.add_argument("--batch-size", dest="batch_size", type=int)
-    parser.add_argument("--lr", type=float)
-    parser.add_argument("--seed", type=int)
+        parser.add_argument(*flags, dest=name, type=int, help=f"model {name} (an integer >= 1)")
+    parser.add_argument("--epochs", type=int, help="(an integer >= 1)")
+    parser.add_argument("--batch-size", dest="batch_size", type=int, help="(an integer >= 1)")
+    parser.add_argument("--lr", type=float, help="peak learning rate (a number > 0)")
+    parser.add_argument("--seed", type=int, help=f"seed of the weights and shuffles (0 to {SEEDS - 1}; default 0)")
     parser.add_argument("--h1", action="store_true", default=None, help="train on the relative H1 error")
     parser.add_argument("--val-fraction", type=float, default=0.1,
-                        help="last fraction of samples kept for validation (default: %(default)s)")
+                        help="last fraction of samples kept for validation, in [0, 1) (default: %(default)s)")
     parser.add_argument("--unweighted", action="store_true", help="node-average ablation")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     parser.add_argument("--no-progress", action="store_true")
 
 
-def settings(args: argparse.Namespace) -> tuple[str, dict, dict]:
-    """Model name, model keyword arguments and trainer keyword arguments from TOML and flags."""
-    config = {}
-    if args.config:
-        with open(args.config, "rb") as fh:
+def check_setting(label: str, value: Any, kind: type, low: float | None = None, high: float | None = None,
+                  above: bool = False) -> Any:
+    """Return ``value`` if it is a ``kind`` (an ``int`` passes for a ``float``, a ``bool`` never
+    for a number; numbers finite) in ``[low, high)`` (``(low, high)`` with ``above=True``;
+    ``None``: unbounded); otherwise raise :class:`~geoattn.errors.ConfigError` naming ``label``."""
+    if kind in (int, float):
+        ok = isinstance(value, kind if kind is int else (int, float)) and not isinstance(value, bool)
+        ok = ok and math.isfinite(value)
+    else:
+        ok = isinstance(value, kind)
+    if ok and low is not None:
+        ok = value > low if above else value >= low
+    if ok and high is not None:
+        ok = value < high
+    if not ok:
+        rule = {int: "an integer", float: "a finite number", bool: "true or false"}.get(kind, f"a {kind.__name__}")
+        if low is not None:
+            rule += f" {'>' if above else '>='} {low}"
+        if high is not None:
+            rule += f" and < {high}"
+        raise ConfigError(f"{label} must be {rule}, got {value!r}")
+    return value
+
+
+def read_config(path: str) -> dict[str, dict]:
+    """The ``[model]`` and ``[train]`` tables of a TOML file (:class:`ConfigError` if it is
+    missing, unreadable, not TOML, or has other tables)."""
+    try:
+        with open(path, "rb") as fh:
             config = tomllib.load(fh)
+    except FileNotFoundError as err:
+        raise ConfigError(f"config file {path} not found") from err
+    except OSError as err:
+        raise ConfigError(f"cannot read config file {path}: {err.strerror or err}") from err
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"config file {path} is not valid TOML: {err}") from err
+    for key, table in config.items():
+        if key not in ("model", "train") or not isinstance(table, dict):
+            raise ConfigError(f"config file {path}: unexpected {key!r}; it holds a [model] and a [train] table")
+    return config
+
+
+def _check_model_settings(name: str, model_kw: dict[str, Any], source: dict[str, str]) -> None:
+    """Names and types of model settings, from the model's constructor signature (integers >= 0,
+    numbers finite and >= 0; ``width``, ``depth`` and ``num_heads`` >= 1); the constructor
+    checks the rest."""
+    params = inspect.signature(MODELS[name].__init__).parameters
+    allowed = [p for p in params if p not in ("self", *DATA_ARGUMENTS)]
+    kinds = {"int": int, "int | None": int, "float": float, "float | None": float, "str": str, "bool": bool}
+    for key, value in model_kw.items():
+        label = source.get(key, f"[model] {key}")
+        if key in DATA_ARGUMENTS:
+            raise ConfigError(f"{label}: {key} is read from the dataset, do not set it")
+        if key not in allowed:
+            raise ConfigError(f"{label}: model {name!r} has no setting {key!r}; it takes {allowed}")
+        kind = kinds.get(str(params[key].annotation))
+        if kind is not None:
+            check_setting(label, value, kind, (1 if key in MODEL_FLAGS else 0) if kind in (int, float) else None)
+
+
+def settings(args: argparse.Namespace) -> tuple[str, dict, dict]:
+    """Model name, model keyword arguments and trainer keyword arguments from TOML and flags,
+    each checked (type and range)."""
+    config = read_config(args.config) if args.config else {}
     model_kw = dict(config.get("model", {}))
     name = args.model or model_kw.pop("name", "tno")
     model_kw.pop("name", None)
-    model_kw.update({k: getattr(args, k) for k in MODEL_FLAGS if getattr(args, k) is not None})
+    if name not in MODELS:
+        raise ConfigError(f"[model] name must be one of {sorted(MODELS)}, got {name!r}")
+    flags = {k: getattr(args, k) for k in MODEL_FLAGS if getattr(args, k) is not None}
+    model_kw.update(flags)
+    _check_model_settings(name, model_kw, {k: f"--{k.replace('_', '-')}" for k in flags})
     train_kw = dict(config.get("train", {}))
     unknown = set(train_kw) - set(TRAIN_KEYS)
     if unknown:
-        raise ValueError(f"unknown [train] keys {sorted(unknown)}; allowed: {list(TRAIN_KEYS)}")
-    train_kw.update({k: getattr(args, k) for k in TRAIN_KEYS if getattr(args, k, None) is not None})
+        raise ConfigError(f"unknown [train] keys {sorted(unknown)}; allowed: {list(TRAIN_KEYS)}")
+    flags = {k: getattr(args, k) for k in TRAIN_KEYS if getattr(args, k, None) is not None}
+    train_kw.update(flags)
+    for key, value in train_kw.items():
+        label = f"--{key.replace('_', '-')}" if key in flags else f"[train] {key}"
+        check_setting(label, value, *TRAIN_RANGES[key])
     return name, model_kw, train_kw
+
+
+def _resumed(last: Path, name: str, model_kw: dict, args: argparse.Namespace) -> tuple[dict, str, dict]:
+    """The checkpoint to resume, and the model name and arguments stored in it, after checking
+    that the settings given now (flags and config) do not contradict them."""
+    state = load_checkpoint(last, resume=True)
+    stored = {RENAMED_ARGUMENTS.get(k, k): v for k, v in state["model_kwargs"].items() if k not in DATA_ARGUMENTS}
+    named = args.model is not None or (args.config is not None and "name" in read_config(args.config).get("model", {}))
+    given = {**({"model": name} if named else {}), **model_kw, "unweighted": args.unweighted}
+    stored.update(model=state["model"], unweighted=state.get("unweighted", False))
+    clash = [f"{k} {v!r} (stored: {stored.get(k)!r})" for k, v in given.items() if stored.get(k) != v]
+    if clash:
+        raise ConfigError(f"cannot resume {last}: it was trained with other settings: {', '.join(clash)}; "
+                          "drop these settings, or train into another --out")
+    del stored["unweighted"]
+    return state, stored.pop("model"), stored
 
 
 def run(args: argparse.Namespace) -> int:
     from ..data.dataset import DarcyDataset
 
     name, model_kw, train_kw = settings(args)
+    val_fraction = check_setting("--val-fraction", args.val_fraction, float, 0, 1)
+    out = check_writable(args.out, folder=True)
     init_distributed()  # no-op unless launched by torchrun
     dataset = DarcyDataset(args.data, mesh=args.mesh)
     samples = [dataset[i] for i in range(len(dataset))]
-    n_val = math.floor(len(samples) * args.val_fraction)
+    if not samples:
+        raise DatasetFileError(f"{args.data} holds no samples to train on")
+    n_val = math.floor(len(samples) * val_fraction)
     train, val = samples[:len(samples) - n_val], samples[len(samples) - n_val:]
+    state, last = None, out / "last.pt"
+    if args.resume and last.exists():
+        state, name, model_kw = _resumed(last, name, model_kw, args)
     first = samples[0]
-    model = build_model(name, in_channels=first.x.shape[1], out_channels=first.y.shape[1],
-                        dim=first.pos.shape[1], **model_kw)
-    torch.manual_seed(train_kw.get("seed", 0))
+    torch.manual_seed(train_kw.get("seed", 0))  # before the model: its initial weights follow the seed
+    try:
+        model = build_model(name, in_channels=first.x.shape[1], out_channels=first.y.shape[1],
+                            dim=first.pos.shape[1], **model_kw)
+    except (TypeError, ValueError, RuntimeError, MemoryError) as err:
+        raise ConfigError(f"cannot build model {name!r} with {model_kw}: {err}") from err
     op = NormalizedOperator(model, unweighted=args.unweighted)
-    history = Trainer(op, args.out, progress=not args.no_progress, **train_kw).fit(
-        train, val or None, resume=args.resume)
-    last = history[-1]
+    trainer = Trainer(op, out, progress=not args.no_progress, **train_kw)
+    if state is not None:
+        _check_resumable(state, last, op, trainer.epochs * math.ceil(len(train) / trainer.batch_size))
+    history = trainer.fit(train, val or None, resume=args.resume)
+    last_row = history[-1]
     print(f"trained {name} on {len(train)} samples of mesh {dataset.mesh!r}: "
-          f"train {last['train']:.4f}, validation {last['val']:.4f}; checkpoints in {Path(args.out)}/")
+          f"train {last_row['train']:.4f}, validation {last_row['val']:.4f}; checkpoints in {out}/")
     return 0
+
+
+def _check_resumable(state: dict, last: Path, op: NormalizedOperator, total_steps: int) -> None:
+    try:
+        op.load_state_dict(state["state_dict"])
+    except RuntimeError as err:
+        raise CheckpointError(f"cannot resume {last}: its weights do not fit this dataset's "
+                              f"model: {err}") from err
+    planned = state["scheduler"].get("total_steps") if isinstance(state["scheduler"], dict) else None
+    if planned is not None and planned != total_steps:
+        raise ConfigError(f"cannot resume {last}: its run plans {planned} optimiser steps, these "
+                          f"settings {total_steps}; give the epochs, batch size and validation "
+                          "fraction of the run that wrote it")

@@ -6,17 +6,22 @@ One self-describing file per dataset. Layout (``format = "geoattn-dataset"``, ve
   :class:`~geoattn.data.recipe.Recipe`), ``n``, ``seed``, ``created``;
 - ``done [n]`` (uint8): samples whose every mesh has been written (generation resumes from it);
 - ``meshes/<name>/``: ``points [N, d]``, ``cells [M, V]``, ``weight [N]`` (lumped), attributes
-  ``cell_type`` and ``checksum`` (CRC-32 of points, cells and weights), and the fields
-  ``x [n, N]`` (coefficient at the nodes), ``y [n, N]`` (solution) with ``checksum [n]``
+  ``cell_type``, ``checksum`` (CRC-32 of points, cells and weights) and ``mesh_hash``
+  (:func:`mesh_hash` of points and cells: a resumed generation refuses a changed mesh), and the
+  fields ``x [n, N]`` (coefficient at the nodes), ``y [n, N]`` (solution) with ``checksum [n]``
   (CRC-32 of each sample's rows).
 
 Every read is checked: a file that is not HDF5 or is truncated, a foreign HDF5 file, a newer
 format, missing parts, an incomplete generation or a checksum mismatch raise
-:class:`~geoattn.errors.DatasetFileError` naming the problem.
+:class:`~geoattn.errors.DatasetFileError` naming the problem; a mesh whose nodes, cells or
+weights are invalid (non-finite, a cell index out of range, a cell listed twice, a negative
+weight, zero total weight) raises the :class:`~geoattn.errors.MeshError` of the problem, naming
+the file, the mesh and the first offending index.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import zlib
 from pathlib import Path
@@ -25,8 +30,9 @@ import numpy as np
 import torch
 from torch_geometric.data import Dataset
 
-from ..errors import DatasetFileError
+from ..errors import DatasetFileError, GeoattnError
 from ..mesh import MeshData
+from ..mesh.validation import located, validate_sample
 from ..optional import require
 
 h5py = require("h5py", "data", "dataset files")
@@ -41,6 +47,18 @@ def crc32(*arrays: np.ndarray) -> int:
     for a in arrays:
         value = zlib.crc32(np.ascontiguousarray(a).tobytes(), value)
     return value
+
+
+def mesh_hash(points: np.ndarray, cells: np.ndarray) -> str:
+    """SHA-256 (hex) of a mesh's content: its node coordinates (float64) and cells (int64), with
+    their shapes. Stored per mesh in dataset files, so that resuming a generation can tell that a
+    mesh file changed in between."""
+    h = hashlib.sha256()
+    for array, dtype in ((points, np.float64), (cells, np.int64)):
+        array = np.ascontiguousarray(array, dtype=dtype)
+        h.update(repr(array.shape).encode())
+        h.update(array.tobytes())
+    return h.hexdigest()
 
 
 def open_dataset_file(path: str | Path, mode: str = "r") -> h5py.File:
@@ -73,6 +91,8 @@ def open_dataset_file(path: str | Path, mode: str = "r") -> h5py.File:
 def _read(path, what: str, fn):
     try:
         return fn()
+    except GeoattnError:
+        raise
     except (OSError, KeyError, ValueError) as err:
         raise DatasetFileError(f"{path}: cannot read {what} ({type(err).__name__}: {err})") from err
 
@@ -82,9 +102,11 @@ class DarcyDataset(Dataset):
     :class:`~geoattn.mesh.MeshData` with ``pos``, ``weight``, ``cells``, ``cell_type``,
     ``x`` (coefficient :math:`a` at the nodes) and ``y`` (solution :math:`u`).
 
-    The mesh (points, cells, weights) is read once; fields are read one sample at a time and
-    checked against their CRC-32. The HDF5 handle is opened per process, so the dataset works in
-    a :class:`torch_geometric.loader.DataLoader` with worker processes.
+    The mesh (points, cells, weights) is read once, checked against its CRC-32 and validated
+    (finite nodes, cell indices in range, no cell twice, finite weights ``>= 0`` with a positive
+    total); fields are read one sample at a time and checked against their CRC-32. The HDF5
+    handle is opened per process, so the dataset works in a
+    :class:`torch_geometric.loader.DataLoader` with worker processes.
 
     Args:
         path (str or Path): the dataset file.
@@ -135,6 +157,8 @@ class DarcyDataset(Dataset):
                         weight=torch.as_tensor(weight, dtype=self.dtype))
         data.cells = torch.as_tensor(cells, dtype=torch.long)
         data.cell_type = str(group.attrs["cell_type"])
+        with located(f"{self.path}: mesh {self.mesh!r}"):
+            validate_sample(data, check_mesh=False)
         return data
 
     def _group(self) -> h5py.Group:
@@ -174,4 +198,4 @@ class DarcyDataset(Dataset):
         return f"{type(self).__name__}({self.path.name}, mesh={self.mesh!r}, n={self._n})"
 
 
-__all__ = ["DarcyDataset", "FORMAT", "FORMAT_VERSION", "crc32", "open_dataset_file"]
+__all__ = ["DarcyDataset", "FORMAT", "FORMAT_VERSION", "crc32", "mesh_hash", "open_dataset_file"]

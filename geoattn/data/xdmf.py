@@ -9,6 +9,7 @@ temporal collection whose step ``i`` is sample ``i``: the mesh topology and geom
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from xml.sax.saxutils import escape
 
@@ -31,38 +32,51 @@ def _row(n: int, num_nodes: int, i: int, ref: str) -> str:
             f"{_item((n, num_nodes), ref)}</DataItem>")
 
 
+def _steps(file_name: str, name: str, n: int, points_shape, cells_shape, cell_type: str,
+           start: int = 0) -> Iterator[str]:
+    """The ``<Grid>`` of each sample ``start .. n - 1`` of mesh ``name``, one line each."""
+    (num_nodes, dim), (num_cells, verts) = points_shape, cells_shape
+    base = f"{file_name}:/meshes/{name}"
+    topo = (f'<Topology TopologyType="{_TOPOLOGY[cell_type]}" '
+            f'NumberOfElements="{num_cells}">{_item((num_cells, verts), base + "/cells", "Int")}'
+            f"</Topology>")
+    geom = (f'<Geometry GeometryType="{_GEOMETRY[dim]}">'
+            f"{_item((num_nodes, dim), base + '/points')}</Geometry>")
+    weight = (f'<Attribute Name="weight" AttributeType="Scalar" Center="Node">'
+              f"{_item((num_nodes,), base + '/weight')}</Attribute>")
+    for i in range(start, n):
+        fields = "".join(
+            f'<Attribute Name="{label}" AttributeType="Scalar" Center="Node">'
+            f"{_row(n, num_nodes, i, base + '/' + key)}</Attribute>"
+            for label, key in (("a", "x"), ("u", "y")))
+        yield (f'<Grid Name="sample {i}" GridType="Uniform"><Time Value="{i}"/>'
+               f"{topo}{geom}{weight}{fields}</Grid>\n")
+
+
+def step_bytes(file_name: str, name: str, n: int, points_shape, cells_shape, cell_type: str) -> int:
+    """Bytes that one sample of mesh ``name`` adds to its companion (at most; the last sample's)."""
+    return len(next(_steps(file_name, name, n, points_shape, cells_shape, cell_type, start=n - 1)))
+
+
 def write_xdmf(path: str | Path) -> list[Path]:
-    """Write one XDMF companion per mesh next to the dataset file; returns their paths."""
+    """Write one XDMF companion per mesh next to the dataset file; returns their paths.
+
+    The companions are written step by step, so memory stays flat for any number of samples.
+    """
     path = Path(path)
     written = []
     with open_dataset_file(path) as fh:
         n = int(fh.attrs["n"])
         for name, g in fh["meshes"].items():
-            num_nodes, dim = g["points"].shape
-            num_cells, verts = g["cells"].shape
-            base = f"{path.name}:/meshes/{name}"
-            topo = (f'<Topology TopologyType="{_TOPOLOGY[str(g.attrs["cell_type"])]}" '
-                    f'NumberOfElements="{num_cells}">{_item((num_cells, verts), base + "/cells", "Int")}'
-                    f"</Topology>")
-            geom = (f'<Geometry GeometryType="{_GEOMETRY[dim]}">'
-                    f"{_item((num_nodes, dim), base + '/points')}</Geometry>")
-            weight = (f'<Attribute Name="weight" AttributeType="Scalar" Center="Node">'
-                      f"{_item((num_nodes,), base + '/weight')}</Attribute>")
-            steps = []
-            for i in range(n):
-                fields = "".join(
-                    f'<Attribute Name="{label}" AttributeType="Scalar" Center="Node">'
-                    f"{_row(n, num_nodes, i, base + '/' + key)}</Attribute>"
-                    for label, key in (("a", "x"), ("u", "y")))
-                steps.append(f'<Grid Name="sample {i}" GridType="Uniform"><Time Value="{i}"/>'
-                             f"{topo}{geom}{weight}{fields}</Grid>\n")
-            text = ('<?xml version="1.0"?>\n<Xdmf Version="3.0">\n<Domain>\n'
-                    f'<Grid Name="{escape(name)}" GridType="Collection" CollectionType="Temporal">\n'
-                    + "".join(steps) + "</Grid>\n</Domain>\n</Xdmf>\n")
             out = path.with_name(f"{path.stem}.{name}.xdmf")
-            out.write_text(text)
+            with open(out, "w") as text:
+                text.write('<?xml version="1.0"?>\n<Xdmf Version="3.0">\n<Domain>\n'
+                           f'<Grid Name="{escape(name)}" GridType="Collection" CollectionType="Temporal">\n')
+                text.writelines(_steps(path.name, name, n, g["points"].shape, g["cells"].shape,
+                                       str(g.attrs["cell_type"])))
+                text.write("</Grid>\n</Domain>\n</Xdmf>\n")
             written.append(out)
     return written
 
 
-__all__ = ["write_xdmf"]
+__all__ = ["step_bytes", "write_xdmf"]

@@ -8,6 +8,8 @@ quadrature weights. Lower-dimensional blocks (boundary lines, vertices from gmsh
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,10 +18,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from ..errors import DimensionError, FieldLengthError, UnsupportedCellError
+from ..errors import DimensionError, FieldLengthError, MeshFileError, UnsupportedCellError
 from .cells import CELL_DIMENSIONS, CELL_TYPES, orient_cells
 from .data import MeshData
-from .validation import validate_field, validate_mesh, validate_points
+from .validation import located, validate_cells, validate_field, validate_mesh, validate_points
 from .weights import quadrature_weights
 
 if TYPE_CHECKING:  # meshio is imported where a mesh is built, read or written
@@ -127,6 +129,7 @@ def from_meshio(mesh: meshio.Mesh, x: str | Sequence[str] | None = None,
     pos = _spatial_points(mesh.points, CELL_TYPES[ctype].dim if ctype else None)
     n = pos.shape[0]
     if cells is not None and reorient:
+        validate_cells(cells, n, ctype, dim=pos.shape[1])  # before indexing pos with them
         cells = orient_cells(pos, cells, ctype)
     validate_mesh(pos, cells, ctype, unused=unused)
 
@@ -196,14 +199,59 @@ def to_meshio(data, point_data: Mapping[str, object] | None = None,
                        cell_data={k: [v] for k, v in cfields.items()})
 
 
-def read_mesh(path: str | Path, **kwargs) -> MeshData:
-    """Read any meshio-supported file into a validated :class:`MeshData` (see :func:`from_meshio`)."""
+def read_meshio(path: str | Path) -> meshio.Mesh:
+    """Read a mesh file with :func:`meshio.read`, turning every way it fails on a bad file into
+    a :class:`~geoattn.errors.MeshFileError` that names the file and meshio's reason.
+
+    meshio answers some bad files (an empty or truncated ``.vtu``) by printing its reason and
+    calling ``sys.exit``, and others by whatever its parser raised (``ValueError``,
+    ``UnicodeDecodeError``, XML ``ParseError``, ...). Here the ``SystemExit`` or exception is the
+    chained cause, and what meshio printed while reading (its reasons on failure, warnings on
+    success) goes to this module's logger instead of the console. The printing is captured with
+    :func:`contextlib.redirect_stdout`, so output of other threads during a read lands there too.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        MeshFileError: a folder, an extension meshio does not know, or a file meshio cannot parse.
+    """
     import meshio
 
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no mesh file at {path}")
-    return from_meshio(meshio.read(path), **kwargs)
+    if path.is_dir():
+        raise MeshFileError(f"{path} is a folder, not a mesh file")
+    suffixes = [s.lower() for s in path.suffixes]
+    if not any("".join(suffixes[i:]) in meshio.extension_to_filetypes for i in range(len(suffixes))):
+        raise MeshFileError(f"cannot read mesh file {path}: meshio knows no format for the extension "
+                            f"{path.suffix or '(none)'!r}; use one such as .vtu, .msh or .xdmf")
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            mesh = meshio.read(path)
+    except (SystemExit, Exception) as err:
+        said = "; ".join(line.strip().removeprefix("Error: ") for line in printed.getvalue().splitlines()
+                         if line.strip())
+        reason = said if isinstance(err, SystemExit) else f"{type(err).__name__}: {err}"
+        size = path.stat().st_size
+        hint = ("the file is empty" if size == 0 else
+                f"{size} bytes: truncated, corrupted or not a {path.suffix} file?")
+        raise MeshFileError(f"cannot read mesh file {path} ({hint}); meshio: {reason or type(err).__name__}"
+                            ) from err
+    if printed.getvalue().strip():
+        log.warning("meshio, reading %s: %s", path, printed.getvalue().strip())
+    return mesh
+
+
+def read_mesh(path: str | Path, **kwargs) -> MeshData:
+    """Read any meshio-supported file into a validated :class:`MeshData` (see :func:`from_meshio`).
+
+    Errors about the file (:func:`read_meshio`) and about the mesh in it (a
+    :class:`~geoattn.errors.MeshError` from validation) name the file.
+    """
+    mesh = read_meshio(path)
+    with located(str(path)):
+        return from_meshio(mesh, **kwargs)
 
 
 def _gmsh_fields(fields: Mapping[str, list]) -> dict[str, list]:

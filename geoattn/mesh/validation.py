@@ -2,32 +2,43 @@
 
 Each check raises a specific :class:`~geoattn.errors.MeshError` subclass whose message names the
 problem and the first offending index. Checks run in a fixed order (emptiness, finiteness, cell
-type, dimension, index range, degeneracy, orientation, duplicates, unused nodes), so one input with
-several defects always reports the same one first.
+type, dimension, index range, repeated cells, degeneracy, orientation, duplicate nodes, unused
+nodes), so one input with several defects always reports the same one first.
+
+The checks are vectorised and cheap: :func:`validate_weights` is ``O(N)`` in torch on the
+weights' own device (the model wrapper runs it on every call), :func:`validate_cells` is one sort
+of the cells, and :func:`validate_sample` with ``check_mesh=False`` (what the trainer runs on every
+sample) skips only the geometric checks of the mesh (cell volumes, coincident nodes).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import warnings
+from collections.abc import Iterator
 
 import numpy as np
+import torch
 from scipy.spatial import cKDTree
 
 from ..errors import (
     CellIndexError,
     DegenerateCellError,
     DimensionError,
+    DuplicateCellError,
     DuplicateNodeError,
     EmptyMeshError,
     FieldLengthError,
+    GeoattnError,
     InvertedCellError,
     NonFiniteError,
     UnusedNodeError,
     UnusedNodeWarning,
     WeightError,
 )
-from .cells import cell_type, min_corner_jacobians
+from .cells import CELL_TYPES, CellType, cell_type, min_corner_jacobians
 
 log = logging.getLogger(__name__)
 
@@ -36,16 +47,29 @@ log = logging.getLogger(__name__)
 DEGENERATE_TOL = 1e-10
 #: Nodes closer than this fraction of the bounding-box diagonal count as duplicates.
 DUPLICATE_TOL = 1e-12
-
-
-def _first(mask: np.ndarray) -> int:
-    return int(np.flatnonzero(mask)[0])
+#: The supported cell type of cells that carry no name, by (spatial dimension, vertices per cell).
+_CELL_TYPE_BY_SHAPE = {(ct.dim, ct.num_vertices): ct for ct in CELL_TYPES.values()}
 
 
 def _as_numpy(a) -> np.ndarray:
     if hasattr(a, "detach"):
         a = a.detach().cpu().numpy()
     return np.asarray(a)
+
+
+def _first(mask) -> int:
+    return int(np.flatnonzero(_as_numpy(mask))[0])
+
+
+@contextlib.contextmanager
+def located(where: str) -> Iterator[None]:
+    """Prefix the message of any :class:`~geoattn.errors.GeoattnError` raised inside with
+    ``where`` (``"training sample 3"``, a file name), keeping its type and chaining the original.
+    """
+    try:
+        yield
+    except GeoattnError as err:
+        raise type(err)(f"{where}: {err}") from err
 
 
 def validate_points(pos) -> np.ndarray:
@@ -68,6 +92,71 @@ def validate_points(pos) -> np.ndarray:
     return pos
 
 
+def validate_cells(cells, num_nodes: int, cell_type_name: str | None = None, *,
+                   dim: int | None = None) -> CellType:
+    """Check cell connectivity: the shape its cell type needs, integer node indices in
+    ``[0, num_nodes)``, and no cell listed twice (the same vertex set, in any order, which would
+    count its mass twice in every weight and integral).
+
+    Args:
+        cells: node indices ``[M, V]``.
+        num_nodes: number of nodes ``N``.
+        cell_type_name: meshio cell type name (default ``None``: inferred from ``V`` and ``dim``).
+        dim: spatial dimension of the nodes, checked against the cell type's (default ``None``:
+            not checked).
+
+    Returns:
+        The :class:`~geoattn.mesh.cells.CellType` of the cells.
+
+    Raises:
+        DimensionError: wrong shape, or cells of another dimension than the nodes.
+        EmptyMeshError: no cells.
+        CellIndexError: non-integer indices, or an index outside ``[0, num_nodes)``.
+        DuplicateCellError: a cell repeats an earlier one (both indices named).
+    """
+    cells = _as_numpy(cells)
+    if cell_type_name is None:
+        shape = (dim, cells.shape[1] if cells.ndim == 2 else None)
+        if shape not in _CELL_TYPE_BY_SHAPE:
+            raise DimensionError(
+                f"cells of shape {tuple(cells.shape)} on {dim}-D nodes are no supported cell type "
+                f"({', '.join(f'{ct.name}: [M, {ct.num_vertices}] in {ct.dim}-D' for ct in CELL_TYPES.values())})"
+            )
+        ct = _CELL_TYPE_BY_SHAPE[shape]
+    else:
+        ct = cell_type(cell_type_name)
+    if cells.ndim != 2 or cells.shape[1] != ct.num_vertices:
+        raise DimensionError(
+            f"{ct.name} cells must have shape [M, {ct.num_vertices}], got {tuple(cells.shape)}"
+        )
+    if cells.shape[0] == 0:
+        raise EmptyMeshError(f"the mesh has no {ct.name} cells")
+    if dim is not None and ct.dim != dim:
+        raise DimensionError(
+            f"{ct.name} cells are {ct.dim}-D but the nodes are {dim}-D; geoattn supports meshes "
+            "whose cells fill their space (no surfaces in 3-D or curves in 2-D)"
+        )
+    if not np.issubdtype(cells.dtype, np.integer):
+        raise CellIndexError(f"cell indices must be integers, got dtype {cells.dtype}")
+    bad = ((cells < 0) | (cells >= num_nodes)).any(axis=1)
+    if bad.any():
+        i = _first(bad)
+        raise CellIndexError(
+            f"cell {i} refers to node indices {cells[i].tolist()} outside [0, {num_nodes})"
+        )
+    vertex_sets = np.sort(cells, axis=1)  # [M, V]
+    order = np.lexsort(vertex_sets.T[::-1])  # stable: equal sets keep their cell order
+    repeats = (vertex_sets[order[1:]] == vertex_sets[order[:-1]]).all(axis=1)  # [M - 1]
+    if repeats.any():
+        j = int(order[1:][repeats].min())
+        i = _first((vertex_sets == vertex_sets[j]).all(axis=1))
+        raise DuplicateCellError(
+            f"cell {j} (nodes {cells[j].tolist()}) repeats cell {i} (nodes {cells[i].tolist()}): "
+            "a cell listed twice counts its mass twice; remove the repeat"
+        )
+    return ct
+
+
 def validate_mesh(pos, cells=None, cell_type_name: str | None = None, *, unused: str = "warn",
                   duplicates: bool = True) -> None:
     """Validate a single-cell-type mesh (or, with ``cells=None``, a point cloud).
@@ -76,7 +165,7 @@ def validate_mesh(pos, cells=None, cell_type_name: str | None = None, *, unused:
         pos: node coordinates ``[N, d]``.
         cells: cell connectivity ``[M, V]`` (node indices), or ``None`` for a point cloud.
         cell_type_name: meshio cell type name (``"line"``, ``"triangle"``, ``"quad"``,
-            ``"tetra"``, ``"hexahedron"``).
+            ``"tetra"``, ``"hexahedron"``); default ``None``: inferred from ``V`` and ``d``.
         unused: what to do with nodes that belong to no cell: ``"warn"`` (default: an
             :class:`~geoattn.errors.UnusedNodeWarning`; such nodes get zero lumped weight, so they
             drop out of every integral), ``"error"`` (:class:`~geoattn.errors.UnusedNodeError`) or
@@ -91,29 +180,8 @@ def validate_mesh(pos, cells=None, cell_type_name: str | None = None, *, unused:
     pos = validate_points(pos)
     n, d = pos.shape
     if cells is not None:
-        if cell_type_name is None:
-            raise ValueError("cell_type_name is required when cells are given")
-        ct = cell_type(cell_type_name)
+        ct = validate_cells(cells, n, cell_type_name, dim=d)
         cells = _as_numpy(cells)
-        if cells.ndim != 2 or cells.shape[1] != ct.num_vertices:
-            raise DimensionError(
-                f"{ct.name} cells must have shape [M, {ct.num_vertices}], got {tuple(cells.shape)}"
-            )
-        if cells.shape[0] == 0:
-            raise EmptyMeshError(f"the mesh has no {ct.name} cells")
-        if ct.dim != d:
-            raise DimensionError(
-                f"{ct.name} cells are {ct.dim}-D but the nodes are {d}-D; geoattn supports meshes "
-                "whose cells fill their space (no surfaces in 3-D or curves in 2-D)"
-            )
-        if not np.issubdtype(cells.dtype, np.integer):
-            raise CellIndexError(f"cell indices must be integers, got dtype {cells.dtype}")
-        bad = ((cells < 0) | (cells >= n)).any(axis=1)
-        if bad.any():
-            i = _first(bad)
-            raise CellIndexError(
-                f"cell {i} refers to node indices {cells[i].tolist()} outside [0, {n})"
-            )
         jac = min_corner_jacobians(pos, cells, ct.name)
         h = np.linalg.norm(np.ptp(pos, axis=0)) / max(n, 1) ** (1.0 / d)
         tiny = DEGENERATE_TOL * h**d
@@ -152,21 +220,90 @@ def validate_mesh(pos, cells=None, cell_type_name: str | None = None, *, unused:
                           stacklevel=2)
 
 
-def validate_weights(weight, num_nodes: int | None = None) -> None:
-    """Check quadrature weights: a 1-D array, finite, non-negative, of length ``num_nodes``."""
-    w = _as_numpy(weight)
-    if w.ndim != 1:
+def _graph_count(batch, num_nodes: int, num_graphs: int | None) -> int:
+    """Check a batch vector (one graph index in ``[0, num_graphs)`` per node, ``num_nodes > 0``);
+    return the number of graphs ``B``."""
+    if (not isinstance(batch, torch.Tensor) or batch.dim() != 1 or batch.shape[0] != num_nodes
+            or batch.is_floating_point() or batch.is_complex() or batch.dtype == torch.bool):
+        got = f"{batch.dtype} of shape {tuple(batch.shape)}" if isinstance(batch, torch.Tensor) else type(batch).__name__
+        raise FieldLengthError(f"batch must be an integer tensor [{num_nodes}] (the graph of each node), got {got}")
+    low, high = torch.stack(torch.aminmax(batch)).tolist()
+    if low < 0 or (num_graphs is not None and high >= num_graphs):
+        i = _first((batch < 0) | (batch >= (num_graphs if num_graphs is not None else high + 1)))
+        raise FieldLengthError(f"batch gives node {i} the graph index {int(batch[i])}, outside "
+                               f"[0, {num_graphs if num_graphs is not None else 'B'})")
+    return high + 1 if num_graphs is None else num_graphs
+
+
+def validate_weights(weight, num_nodes: int | None = None, *, batch=None,
+                     num_graphs: int | None = None) -> None:
+    """Check quadrature weights: one real number per node, finite, ``>= 0``, with a positive total
+    for every sample (the measure :math:`|D|` of its domain, which normalisers and relative
+    errors divide by).
+
+    The check runs in torch on the weights' device in :math:`O(N)`, with one host
+    synchronisation (one more with ``batch`` and no ``num_graphs``) when the weights are fine;
+    only a failure looks up the offending index.
+
+    Args:
+        weight: weights ``[N]`` (tensor or array).
+        num_nodes: the number of nodes ``N`` they must match (default ``None``: not checked).
+        batch: graph index of each node ``[N]``, for a total per graph (default ``None``: one
+            sample).
+        num_graphs: number of graphs ``B`` (default: ``batch.max() + 1``).
+
+    Raises:
+        WeightError: naming the first non-finite or negative weight (and its graph), or the first
+            graph whose weights are all zero.
+        FieldLengthError: ``batch`` is not one graph index in ``[0, B)`` per node.
+    """
+    try:
+        w = torch.as_tensor(weight)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise WeightError(f"weights must be an array of real numbers, got {type(weight).__name__}: {err}") from err
+    if w.is_complex() or w.dtype == torch.bool:
+        raise WeightError(f"weights must be real numbers, got dtype {w.dtype}")
+    if w.dim() != 1:
         raise WeightError(f"weights must be a 1-D array [N], got shape {tuple(w.shape)}")
-    if num_nodes is not None and w.shape[0] != num_nodes:
-        raise WeightError(f"got {w.shape[0]} weights for {num_nodes} nodes")
-    bad = ~np.isfinite(w)
+    n = w.shape[0]
+    if num_nodes is not None and n != num_nodes:
+        raise WeightError(f"got {n} weights for {num_nodes} nodes")
+    if n == 0:
+        raise WeightError("got no weights; a sample needs nodes with a positive total weight")
+    acc = w.to(torch.promote_types(w.dtype, torch.float32))
+    if batch is None:
+        mass = acc.sum().reshape(1)  # quadrature-ok: the total weight |D| itself
+    else:
+        mass = acc.new_zeros(_graph_count(batch, n, num_graphs)).index_add_(0, batch, acc)  # [B]
+    if len(mass):
+        # NaN propagates through min and sum and fails every comparison; +inf shows in the mass
+        low, mass_low, mass_high = torch.stack([acc.min(), mass.min(), mass.max()]).tolist()
+        if low >= 0 and mass_low > 0 and mass_high < math.inf:
+            return
+
+    def where(i: int) -> str:
+        if batch is None:
+            return ""
+        g = int(batch[i])
+        return f" (node {int((batch[:i] == g).sum())} of graph {g})"
+
+    bad = ~torch.isfinite(w)
     if bad.any():
         i = _first(bad)
-        raise WeightError(f"weight {i} is not finite ({w[i]})")
+        raise WeightError(f"weight {i}{where(i)} is not finite ({w[i].item()})")
     bad = w < 0
     if bad.any():
         i = _first(bad)
-        raise WeightError(f"weight {i} is negative ({w[i]:.3g}); quadrature weights must be >= 0")
+        raise WeightError(f"weight {i}{where(i)} is negative ({w[i].item():.3g}); quadrature weights "
+                          "must be >= 0")
+    g = _first(~(mass > 0) | (mass == math.inf))
+    size = n if batch is None else int((batch == g).sum())
+    which = "the sample" if batch is None else f"graph {g}"
+    if mass[g] > 0:
+        raise WeightError(f"{which} has total weight {mass[g].item()} (overflow); rescale its weights")
+    nodes = f"{size} nodes, every weight zero" if size else "no nodes"
+    raise WeightError(f"{which} has total weight 0 ({nodes}); a sample needs a positive total weight, "
+                      "the measure |D| of its domain")
 
 
 def validate_field(name: str, values, num_rows: int, what: str = "nodes") -> None:
@@ -185,15 +322,21 @@ def validate_field(name: str, values, num_rows: int, what: str = "nodes") -> Non
 def validate_sample(data, *, check_mesh: bool = True) -> None:
     """Validate a :class:`~torch_geometric.data.Data` sample: ``pos``, ``weight``, ``x``, ``y``,
     ``cells`` (if present) and the stored point and cell fields.
+
+    ``check_mesh=False`` skips the geometric checks of the mesh (cell volumes and orientation,
+    coincident nodes: a k-d tree per sample); the cells are still checked for shape, index range
+    and repeats (:func:`validate_cells`), which is what losses and batching rely on.
     """
     if getattr(data, "pos", None) is None:
         raise EmptyMeshError("the sample has no 'pos' attribute")
     pos = validate_points(data.pos)
     n = pos.shape[0]
     cells = getattr(data, "cells", None)
+    ctype = getattr(data, "cell_type", None) if cells is not None else None
     if check_mesh:
-        validate_mesh(pos, cells, getattr(data, "cell_type", None) if cells is not None else None,
-                      unused="ignore")
+        validate_mesh(pos, cells, ctype, unused="ignore")
+    elif cells is not None:
+        validate_cells(cells, n, ctype, dim=pos.shape[1])
     if getattr(data, "weight", None) is not None:
         validate_weights(data.weight, n)
     for key in ("x", "y"):

@@ -9,13 +9,22 @@ For a prediction :math:`\\hat u` of a target :math:`u` on a domain :math:`D`
 and the :math:`H^1` version adds :math:`\\|\\nabla(\\hat u - u)\\|^2_{L^2}` (resp.
 :math:`\\|\\nabla u\\|^2_{L^2}`) computed exactly for the piecewise-linear interpolants on simplex
 cells. Each sample of a batch gets its own ratio; ``reduction`` combines the per-sample values.
+
+The ratio is undefined for a target of zero norm: such a sample raises
+:class:`~geoattn.errors.ZeroNormError` (and a target with NaN or infinite values
+:class:`~geoattn.errors.NonFiniteError`), naming the sample, instead of returning a silent NaN
+or an error divided by ``eps``. A non-finite *prediction* gives a non-finite error, which the
+trainer reports as :class:`~geoattn.errors.NonFiniteLossError`.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch_geometric.utils import scatter
 
+from ..errors import NonFiniteError, ZeroNormError
 from ..mesh import integrate, p1_gradients
 
 
@@ -27,6 +36,22 @@ def _reduce(value: torch.Tensor, reduction: str) -> torch.Tensor:
     if reduction == "none":
         return value
     raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def _ratio(num: torch.Tensor, den: torch.Tensor, eps: float, norm: str) -> torch.Tensor:
+    """``sqrt(num / (den + eps))`` per sample, after checking every ``den`` is finite and ``> 0``."""
+    ok = torch.isfinite(den) & (den > 0)
+    if not bool(ok.all()):
+        b = int(torch.nonzero(~ok.reshape(-1))[0])
+        which = f"the target of sample {b}" if den.dim() else "the target"
+        value = float(den.reshape(-1)[b])
+        if not math.isfinite(value):
+            raise NonFiniteError(f"{which} has squared {norm} norm {value}: its values or weights "
+                                 "are not finite")
+        cause = "check the weights for negative values" if value < 0 else "drop all-zero targets"
+        raise ZeroNormError(f"{which} has squared {norm} norm {value:.3g}, so the relative error is "
+                            f"undefined; {cause}, or compare with an absolute error")
+    return torch.sqrt(num / (den + eps))
 
 
 def _squared_norm(f: torch.Tensor, weight: torch.Tensor, batch: torch.Tensor | None,
@@ -52,7 +77,11 @@ def relative_l2(pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor,
         batch: graph index of each node ``[N]`` (default ``None``: one sample).
         num_graphs: number of samples ``B`` (default: from ``batch``).
         reduction: ``"mean"`` (default) or ``"sum"`` over samples, or ``"none"`` for ``[B]``.
-        eps: guard added to the denominator (default ``1e-12``).
+        eps: added to the denominator, for targets of tiny norm (default ``1e-12``).
+
+    Raises:
+        ZeroNormError: a sample's target has zero norm (or the weights sum to zero).
+        NonFiniteError: a sample's target norm is NaN or infinite.
 
     Shapes:
         - output: scalar, or ``[B]`` with ``reduction="none"``.
@@ -61,7 +90,7 @@ def relative_l2(pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor,
         raise ValueError(f"prediction has shape {tuple(pred.shape)} but target has {tuple(target.shape)}")
     num = _squared_norm(pred - target, weight, batch, num_graphs)
     den = _squared_norm(target, weight, batch, num_graphs)
-    return _reduce(torch.sqrt(num / (den + eps)), reduction)
+    return _reduce(_ratio(num, den, eps, "L2"), reduction)
 
 
 def relative_h1(pred: torch.Tensor, target: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
@@ -82,6 +111,9 @@ def relative_h1(pred: torch.Tensor, target: torch.Tensor, pos: torch.Tensor, wei
         cells: simplex cells ``[M, d + 1]`` (node indices into the flat batch).
         batch, num_graphs, reduction, eps: as in :func:`relative_l2`.
 
+    Raises:
+        ZeroNormError, NonFiniteError: as :func:`relative_l2`, for the :math:`H^1` norm.
+
     Shapes:
         - output: scalar, or ``[B]`` with ``reduction="none"``.
     """
@@ -100,4 +132,4 @@ def relative_h1(pred: torch.Tensor, target: torch.Tensor, pos: torch.Tensor, wei
         num_graphs = int(batch.max()) + 1
     num = _squared_norm(err, weight, batch, num_graphs) + seminorm(err)
     den = _squared_norm(target, weight, batch, num_graphs) + seminorm(target)
-    return _reduce(torch.sqrt(num / (den + eps)), reduction)
+    return _reduce(_ratio(num, den, eps, "H1"), reduction)

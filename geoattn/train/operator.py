@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from ..mesh import node_average_weights
+from ..mesh.validation import validate_weights
 from .normalizer import GaussianNormalizer
 
 
@@ -21,6 +22,14 @@ class NormalizedOperator(nn.Module):
     With ``unweighted=True`` the model sees the node-average weights
     :math:`w_i = |D| / N` (:func:`~geoattn.mesh.node_average_weights`) in place of the quadrature weights (the ablation that shows why the
     weights matter: on a graded mesh it over-weights the refined region).
+
+    Every call first checks its inputs, in :math:`O(N)` on their device: the model's
+    :meth:`~geoattn.models.NeuralOperator.check_inputs` (channels, dimension), then
+    :func:`~geoattn.mesh.validate_weights` (one weight per node, finite, ``>= 0``, a positive total
+    per graph, ``batch`` one graph index per node). A bad input raises its typed error instead of
+    returning a finite but meaningless output (a NaN or negative weight does not always show in the
+    output). The check costs one or two host synchronisations and, on CPU, about 0.2 ms against
+    about 1 s for the forward pass of a width-32, depth-2 TNO on four samples of 4225 nodes.
 
     Args:
         model: a :class:`~geoattn.models.NeuralOperator`.
@@ -40,6 +49,7 @@ class NormalizedOperator(nn.Module):
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
                 batch: torch.Tensor | None = None, **query) -> torch.Tensor:
         self.model.check_inputs(x, pos)
+        validate_weights(weight, x.shape[0], batch=batch)
         if self.unweighted:
             weight = node_average_weights(weight, batch)
         return self.y_normalizer.decode(self.model(self.x_normalizer.encode(x), pos, weight, batch, **query))

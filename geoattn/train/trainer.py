@@ -21,7 +21,8 @@ import torch
 import torch.distributed as dist
 from torch_geometric.data import Batch
 
-from ..errors import NonFiniteLossError
+from ..errors import ChannelError, FieldLengthError, NonFiniteLossError
+from ..mesh.validation import located, validate_sample
 from ..optional import progress as progress_bar
 from .checkpoint import load_checkpoint, operator_payload, save_checkpoint
 from .loss import relative_h1, relative_l2
@@ -41,6 +42,20 @@ def sample_errors(operator: torch.nn.Module, batch, h1: bool = False) -> torch.T
     return relative_l2(pred, batch.y, batch.weight, batch.batch, batch.num_graphs, reduction="none")
 
 
+def collate(samples: Sequence, h1: bool = False) -> Batch:
+    """One PyG batch of ``samples``. Point clouds and meshes batch together: attributes that only
+    some samples have (the cells and mesh data of the meshes) are left out, as no quadrature here
+    needs them; the H1 loss needs the cells, so with ``h1`` a sample without cells is a
+    :class:`~geoattn.errors.FieldLengthError`."""
+    samples = list(samples)
+    keys = [set(d.keys()) for d in samples]
+    if h1 and not all("cells" in k for k in keys):
+        first = next(i for i, k in enumerate(keys) if "cells" not in k)
+        raise FieldLengthError(f"sample {first} has no cells; the H1 loss needs mesh cells")
+    partial = set().union(*keys) - set.intersection(*keys) if keys else set()
+    return Batch.from_data_list(samples, exclude_keys=sorted(partial))
+
+
 @torch.no_grad()
 def evaluate_errors(operator: NormalizedOperator, samples: Sequence, batch_size: int = 4,
                     h1: bool = False) -> torch.Tensor:
@@ -48,10 +63,35 @@ def evaluate_errors(operator: NormalizedOperator, samples: Sequence, batch_size:
     was_training = operator.training
     operator.eval()
     device = next(operator.parameters()).device
-    errors = [sample_errors(operator, Batch.from_data_list(list(samples[i:i + batch_size])).to(device), h1)
+    errors = [sample_errors(operator, collate(samples[i:i + batch_size], h1).to(device), h1)
               for i in range(0, len(samples), batch_size)]
     operator.train(was_training)
     return torch.cat(errors)
+
+
+def validate_samples(samples: Sequence, model: torch.nn.Module, name: str = "training",
+                     h1: bool = False) -> None:
+    """Check every sample once before training: the fields a step needs (``x``, ``y``,
+    ``weight``, and ``cells`` with ``h1=True``), :func:`~geoattn.mesh.validate_sample` without the
+    geometric mesh checks (finite values, valid weights with a positive total, cells in range and
+    not repeated), the model's channels and dimension, and a target of non-zero norm.
+
+    Raises:
+        MeshError: the specific error, its message prefixed with ``"{name} sample {i}"``.
+    """
+    needed = ("x", "y", "weight", "cells") if h1 else ("x", "y", "weight")
+    for i, data in enumerate(samples):
+        with located(f"{name} sample {i}"):
+            missing = [key for key in needed if getattr(data, key, None) is None]
+            if missing:
+                raise FieldLengthError(f"has no {', '.join(map(repr, missing))}; training needs "
+                                       f"{', '.join(map(repr, needed))}")
+            validate_sample(data, check_mesh=False)
+            model.check_inputs(data.x, data.pos)
+            if data.y.reshape(data.num_nodes, -1).shape[1] != model.out_channels:
+                raise ChannelError(f"y has shape {tuple(data.y.shape)} but the model has "
+                                   f"{model.out_channels} output channel(s)")
+            relative_l2(data.y, data.y, data.weight)  # raises ZeroNormError on an all-zero target
 
 
 class Trainer:
@@ -108,8 +148,14 @@ class Trainer:
 
         ``resume=True`` continues from ``out_dir/last.pt`` when it exists. ``on_step(epoch, step)``
         is called before every optimiser step (for tests and monitoring).
+
+        Every sample is checked first (:func:`validate_samples`): a bad one raises its typed
+        error, naming the sample, before the normalisers are fitted or anything is written.
         """
         op = self.operator
+        validate_samples(train, op.model, "training", self.h1)
+        if val:
+            validate_samples(val, op.model, "validation", self.h1)
         device = next(op.parameters()).device
         op.x_normalizer.fit((d.x, d.weight) for d in train)
         op.y_normalizer.fit((d.y, d.weight) for d in train)
@@ -139,7 +185,7 @@ class Trainer:
             total = torch.zeros(2, dtype=torch.float64, device=device)  # [sum of errors, count]
             for step in range(steps):
                 ids = order[step * self.batch_size:(step + 1) * self.batch_size][self.rank::self.world]
-                batch = Batch.from_data_list([train[int(i)] for i in ids]).to(device)
+                batch = collate([train[int(i)] for i in ids], self.h1).to(device)
                 errors = sample_errors(step_model, batch, self.h1)
                 loss = errors.mean()  # quadrature-ok: mean over samples
                 if not torch.isfinite(loss):

@@ -11,7 +11,7 @@ from torch_geometric.loader import DataLoader
 
 from geoattn.data import darcy, generate as gen
 from geoattn.data.darcy import darcy_samples
-from geoattn.data.dataset import DarcyDataset, crc32
+from geoattn.data.dataset import DarcyDataset, crc32, mesh_hash
 from geoattn.data.recipe import Recipe, load_recipe
 from geoattn.errors import DatasetFileError
 from geoattn.mesh import families, integrate
@@ -65,6 +65,12 @@ def test_stored_recipe_and_metadata(made):
     ds = DarcyDataset(path, mesh="coarse")
     assert Recipe.from_json(ds.recipe) == r
     assert ds.attrs["format"] == "geoattn-dataset" and "geoattn_version" in ds.attrs
+    with h5py.File(path) as fh:
+        for name in MESHES:
+            g = fh[f"meshes/{name}"]
+            assert g.attrs["mesh_hash"] == mesh_hash(g["points"][:], g["cells"][:])
+            # allocated at creation: writing a sample changes no file metadata
+            assert g["x"].chunks is None and g["x"].id.get_storage_size() == g["x"].nbytes
 
 
 def test_xdmf_companion_references_resolve(made):

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import geoattn
-from geoattn.mesh import MeshData, from_meshio, quadrature_weights, validate_sample
+from geoattn.mesh import MeshData, families, from_meshio, quadrature_weights, validate_mesh, validate_sample
+from geoattn.mesh.validation import validate_cells
 
 SQ = np.array([[0, 0], [1, 0], [1, 1], [0, 1.0]])
 TRI = np.array([[0, 1, 2], [0, 2, 3]])
@@ -98,3 +99,19 @@ def test_point_cloud_box_errors():
                            box=[[0, 0], [1, 1]])
     with pytest.raises(geoattn.DimensionError, match="box must have shape"):
         quadrature_weights(np.random.rand(10, 2), rule="voronoi", box=[0, 1])
+
+
+def test_cells_without_a_type_name_get_the_type_their_shape_implies():
+    assert validate_cells(TRI, 4, dim=2).name == "triangle"
+    assert validate_cells(np.array([[0, 1, 2, 3]]), 4, dim=2).name == "quad"
+    validate_mesh(SQ, TRI)  # no cell type needed
+    with pytest.raises(geoattn.DimensionError, match=r"cells of shape \(2, 5\) on 2-D nodes"):
+        validate_cells(np.zeros((2, 5), dtype=int), 4, dim=2)
+
+
+def test_a_hexahedron_listed_twice_in_another_vertex_order_is_a_repeat():
+    cube = from_meshio(families.unit_cube(2, cell="hexahedron"))
+    cells = cube.cells.numpy()
+    twice = np.vstack([cells, cells[3, ::-1]])
+    with pytest.raises(geoattn.DuplicateCellError, match=f"cell {len(cells)} .* repeats cell 3"):
+        validate_mesh(cube.pos, twice, "hexahedron")
