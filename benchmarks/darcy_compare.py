@@ -2,30 +2,57 @@
 
     python benchmarks/darcy_compare.py --scale cpu --out bench_out --docs
     python benchmarks/darcy_compare.py --scale gpu --device cuda --out bench_out
+    python benchmarks/darcy_compare.py --scale gpu --device cuda --seconds 300 --domain holes --out bench_out
 
 Every model is trained by :class:`geoattn.train.Trainer` (AdamW, one-cycle schedule, same
-learning rate, batch size, epochs and samples) on the weighted relative L2(D) error of its
-prediction at the nodes of one irregular training mesh, and scored with the same metric
-(:func:`geoattn.eval.cross_mesh_report`) on the training mesh and on a refined, a graded and a
-foreign (other irregular) mesh carrying the same continuum test samples. neuralop's models enter
-through small adapters with the geoattn model interface ``forward(x, pos, weight, batch)``:
+learning rate, batch size and samples) on the weighted relative L2(D) error of its prediction at
+the nodes of one irregular training mesh, and scored with the same metric
+(:func:`geoattn.eval.cross_mesh_report`) on the training mesh and on other meshes of the domain
+carrying the same continuum test samples (:func:`benchmark_meshes`).
+
+Two ways to make the race fair:
+
+- epochs (default): every model trains for the same number of epochs (``--epochs``);
+- wall-clock budget (``--seconds S``): every model trains for about ``S`` seconds. The one-cycle
+  schedule needs its total step count up front, so the epoch time ``t_epoch`` is measured first
+  on throw-away epochs (:func:`budget_epochs`; the weights are then reset to their initial
+  values), and the model trains for ``max(1, floor(S / t_epoch))`` epochs with the full one-cycle
+  schedule: the same run as ``--epochs`` with that count. The probe is not part of the budget;
+  the table reports the epochs done and the wall time they actually took (``train s``), so a
+  budget missed because the machine's speed changed shows.
+
+Domains (``--domain``): ``square`` (the unit square: irregular training mesh, its refinement, a
+graded and a foreign irregular mesh), ``lshape`` (the L-shape ``[-1, 1]^2`` minus a quadrant:
+jittered training mesh, its refinement, the structured mesh and a finer jittered one) and
+``holes`` (the disk with two holes of ``meshes/disk_two_holes.msh``: that mesh, its refinement and
+a perturbed copy; its size is fixed, ``--mesh-n`` does not change it). The coefficients come from
+the same Gaussian random field preset on the domain's bounding box.
+
+neuralop's models enter through small adapters with the geoattn model interface
+``forward(x, pos, weight, batch)``:
 
 - ``neuralop-gino``: GINO reads the nodes directly (its input GNO averages over radius balls,
   the latent FNO runs on a regular grid, its output GNO answers at the nodes);
 - ``neuralop-fno``: the usual workaround for FNO on a mesh -- the input is linearly interpolated
   from the mesh to a regular grid (the piecewise-linear interpolation of scipy's
   ``LinearNDInterpolator``, stored as a sparse matrix), FNO runs on the grid, and its output is
-  bilinearly interpolated back to the nodes, where the loss and the score are taken.
+  bilinearly interpolated back to the nodes, where the loss and the score are taken. On a
+  domain that is not its bounding box (``lshape``, ``holes``) the grid points outside the domain
+  are set to zero and a mask channel (1 inside, 0 outside) is added to FNO's input, so the model
+  sees where the domain is and no value is extrapolated into a hole.
 
-neuralop (``pip install 'geoattn[compare]'``) is needed only for those two models.
+neuralop (``pip install 'geoattn[compare]'``) is needed only for those two models. NVIDIA
+PhysicsNeMo's Transolver is not in the race: see the comparison section of docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import gc
 import inspect
+import io
 import json
 import logging
 import os
@@ -42,6 +69,7 @@ from scipy.spatial import Delaunay
 from torch import nn
 
 from geoattn.data.darcy import darcy_samples
+from geoattn.data.grf import preset
 from geoattn.eval import cross_mesh_report
 from geoattn.mesh import families
 from geoattn.mesh.partition import partition
@@ -54,7 +82,8 @@ log = logging.getLogger("darcy_compare")
 
 @dataclass
 class Scale:
-    """Sizes of one run: training mesh ``unit_square(mesh_n, "irregular")``, samples, epochs, widths."""
+    """Sizes of one run: training mesh (``unit_square(mesh_n, "irregular")`` on the square, see
+    :func:`benchmark_meshes`), samples, epochs or a wall-clock budget per model, widths."""
 
     mesh_n: int
     n_train: int
@@ -66,6 +95,7 @@ class Scale:
     depth: int = 3
     grid: int = 32
     modes: int = 12
+    seconds: float | None = None  # wall-clock budget per model (None: train for ``epochs``)
 
 
 SCALES = {
@@ -76,12 +106,87 @@ SCALES = {
 }
 
 
-def benchmark_meshes(n: int) -> dict[str, object]:
-    """Training mesh, its uniform refinement, a graded mesh and a foreign irregular mesh."""
-    train = families.unit_square(n, "irregular", seed=0)
-    return {"train": train, "refined": families.refine(train, 1),
-            "graded": families.unit_square(n, "graded"),
-            "foreign": families.unit_square(round(1.5 * n), "irregular", seed=1)}
+DOMAINS = ("square", "lshape", "holes")
+HOLES_MESH = Path(__file__).resolve().parents[1] / "meshes" / "disk_two_holes.msh"
+HOLES_H = 0.08  # target edge length of ``HOLES_MESH`` (meshes/generate.py)
+
+
+def jitter(mesh, amplitude: float = 0.25, seed: int = 0):
+    """A copy of a triangle mesh with every interior node moved by up to ``amplitude`` times its
+    shortest incident edge per coordinate (boundary nodes stay, so the domain is unchanged); the
+    amplitude is halved until every cell keeps its orientation."""
+    m = families.to_skfem(mesh)
+    p, t = m.p.T.copy(), m.t.T
+    edges = np.concatenate([t[:, [0, 1]], t[:, [1, 2]], t[:, [2, 0]]])
+    length = np.linalg.norm(p[edges[:, 0]] - p[edges[:, 1]], axis=1)
+    h = np.full(len(p), np.inf)
+    np.minimum.at(h, edges[:, 0], length)
+    np.minimum.at(h, edges[:, 1], length)
+    move = np.random.default_rng(seed).uniform(-1, 1, p.shape) * h[:, None]
+    move[m.boundary_nodes()] = 0.0
+
+    def areas(q):
+        a, b, c = q[t[:, 0]], q[t[:, 1]], q[t[:, 2]]
+        return (b - a)[:, 0] * (c - a)[:, 1] - (b - a)[:, 1] * (c - a)[:, 0]
+
+    sign = np.sign(areas(p))
+    while amplitude > 1e-3 and np.any(np.sign(areas(p + amplitude * move)) != sign):
+        amplitude /= 2
+    return _triangles(p + amplitude * move, t)
+
+
+def _triangles(points: np.ndarray, cells: np.ndarray):
+    import skfem
+
+    return families.from_skfem(skfem.MeshTri1(np.ascontiguousarray(points.T), np.ascontiguousarray(cells.T)))
+
+
+def benchmark_meshes(n: int, domain: str = "square") -> dict[str, object]:
+    """Meshes of one domain carrying the test samples; ``"train"`` is the training mesh.
+
+    ``square``: the irregular training mesh, its uniform refinement, a graded mesh and a foreign
+    irregular mesh; ``lshape``: a jittered mesh with ``n`` cells per unit, its refinement, the
+    structured mesh and a jittered one with ``1.5 n``; ``holes``: ``meshes/disk_two_holes.msh``
+    (fixed size, ``n`` is ignored), its refinement and a perturbed copy."""
+    if domain == "square":
+        train = families.unit_square(n, "irregular", seed=0)
+        return {"train": train, "refined": families.refine(train, 1),
+                "graded": families.unit_square(n, "graded"),
+                "foreign": families.unit_square(round(1.5 * n), "irregular", seed=1)}
+    if domain == "lshape":
+        train = jitter(families.l_shape(n), seed=0)
+        return {"train": train, "refined": families.refine(train, 1),
+                "structured": families.l_shape(n),
+                "foreign": jitter(families.l_shape(round(1.5 * n)), seed=1)}
+    if domain == "holes":
+        import meshio
+
+        with contextlib.redirect_stdout(io.StringIO()):  # meshio's gmsh reader prints a blank line
+            train = meshio.read(HOLES_MESH)
+        train = _triangles(train.points[:, :2], train.cells_dict["triangle"])
+        return {"train": train, "refined": families.refine(train, 1), "perturbed": jitter(train, seed=1)}
+    raise ValueError(f"domain must be one of {DOMAINS}, got {domain!r}")
+
+
+def cell_size(n: int, domain: str = "square") -> float:
+    """Typical edge length of the training mesh of :func:`benchmark_meshes`."""
+    return HOLES_H if domain == "holes" else 1.0 / n
+
+
+def inside(domain: str, points: np.ndarray) -> np.ndarray:
+    """Which points ``[G, 2]`` lie in the (closed) domain."""
+    x, y, tol = points[:, 0], points[:, 1], 1e-9
+    if domain == "square":
+        return np.ones(len(points), dtype=bool)
+    if domain == "lshape":
+        return ~((x > tol) & (y < -tol))
+    if domain == "holes":
+        keep = x**2 + y**2 <= (families.DISK_RADIUS + tol) ** 2
+        for cx, cy, r in families.DISK_HOLES:  # the meshes' holes are polygons inscribed in
+            sag = HOLES_H**2 / (4 * r)  # the circles: points within twice the chords' sagitta count as inside
+            keep &= (x - cx) ** 2 + (y - cy) ** 2 >= (r - sag) ** 2
+        return keep
+    raise ValueError(f"domain must be one of {DOMAINS}, got {domain!r}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -175,37 +280,58 @@ def _sparse(m: coo_matrix, like: torch.Tensor) -> torch.Tensor:
     return torch.sparse_coo_tensor(index, torch.as_tensor(m.data), m.shape, check_invariants=False).to(like).coalesce()
 
 
+def grid_operators(pos: np.ndarray, s: int, domain: str | None = None):
+    """Interpolation ``[s*s, N]`` from the nodes to the ``s x s`` grid on their bounding box, back
+    ``[N, s*s]``, and the grid's domain mask ``[s*s]`` (``None`` without a domain).
+
+    With a ``domain`` (:func:`inside`), the rows of the grid points outside it are zero: FNO sees
+    zero there, and the mask channel tells it where the domain ends."""
+    grid = _grid(torch.as_tensor(pos), s)
+    to_grid = mesh_to_grid(pos, grid)
+    mask = None
+    if domain is not None:
+        mask = inside(domain, grid)
+        keep = mask[to_grid.row]
+        to_grid = coo_matrix((to_grid.data[keep], (to_grid.row[keep], to_grid.col[keep])), shape=to_grid.shape)
+    return to_grid, grid_to_mesh(pos, grid.min(0), grid.max(0), s), mask
+
+
 class GridFNO(_MeshAdapter):
-    """neuralop's FNO on an ``s x s`` grid, with linear interpolation mesh -> grid -> mesh."""
+    """neuralop's FNO on an ``s x s`` grid, with linear interpolation mesh -> grid -> mesh.
+
+    ``domain`` (a name of :func:`inside`): zero the grid points outside the domain and add a mask
+    channel to FNO's input (``None``: the grid is the domain, no mask)."""
 
     model_name = "neuralop-fno"
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, grid: int = 32,
-                 modes: int = 12, width: int = 32, depth: int = 4):
+                 modes: int = 12, width: int = 32, depth: int = 4, domain: str | None = None):
         super().__init__()
         from neuralop.models import FNO
 
         self.in_channels, self.out_channels, self.dim, self.grid = in_channels, out_channels, dim, grid
+        self.domain = domain
         self.hparams = dict(in_channels=in_channels, out_channels=out_channels, dim=dim, grid=grid,
-                            modes=modes, width=width, depth=depth)
-        self.fno = FNO(n_modes=(modes, modes), in_channels=in_channels, out_channels=out_channels,
-                       hidden_channels=width, n_layers=depth)
-        self._cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+                            modes=modes, width=width, depth=depth, domain=domain)
+        self.fno = FNO(n_modes=(modes, modes), in_channels=in_channels + (domain is not None),
+                       out_channels=out_channels, hidden_channels=width, n_layers=depth)
+        self._cache: dict[tuple, tuple] = {}
 
     def _operators(self, pos: torch.Tensor):
         key = (pos.shape[0], pos.device, pos.dtype, hash(pos.detach().cpu().numpy().tobytes()))
         if key not in self._cache:
-            p = pos.detach().cpu().double().numpy()
-            grid = _grid(pos, self.grid)
-            self._cache[key] = (_sparse(mesh_to_grid(p, grid), pos),
-                                _sparse(grid_to_mesh(p, grid.min(0), grid.max(0), self.grid), pos))
+            to_grid, to_mesh, mask = grid_operators(pos.detach().cpu().double().numpy(), self.grid, self.domain)
+            mask = None if mask is None else torch.as_tensor(mask, dtype=pos.dtype, device=pos.device)
+            self._cache[key] = (_sparse(to_grid, pos), _sparse(to_mesh, pos), mask)
         return self._cache[key]
 
     def run(self, x, pos):
-        to_grid, to_mesh = self._operators(pos)
+        to_grid, to_mesh, mask = self._operators(pos)
         b, n, c = x.shape
         g = torch.sparse.mm(to_grid, x.permute(1, 0, 2).reshape(n, b * c))  # [s*s, B*C]
         g = g.reshape(self.grid, self.grid, b, c).permute(2, 3, 0, 1)  # [B, C, s, s]
+        if mask is not None:
+            g = torch.cat([g, mask.reshape(1, 1, self.grid, self.grid).expand(b, 1, -1, -1)], 1)
         y = self.fno(g)  # [B, C_out, s, s]
         y = y.permute(2, 3, 0, 1).reshape(self.grid * self.grid, -1)  # [s*s, B*C_out]
         return torch.sparse.mm(to_mesh, y).reshape(n, b, -1).permute(1, 0, 2)  # [B, N, C_out]
@@ -262,29 +388,46 @@ class MeshGINO(_MeshAdapter):
 # --------------------------------------------------------------------------------------------
 # the benchmark
 
-def patch_resolution(mesh_n: int) -> dict[str, int]:
+def patch_resolution(mesh_n: int, domain: str = "square") -> dict[str, int]:
     """Patches and modes of the patched models (ViT-NO, FANO) that the training mesh resolves: the
     most patches of 16, 4 or 1 whose nodes (``N / P`` each) resolve at least one mode, and the
     modes they resolve (:func:`geoattn.nn.spectral.resolved_modes`). With more modes than a
     patch's nodes resolve, the patch coefficients are aliased on the training mesh and the
     trained models do not transfer."""
-    nodes = len(benchmark_meshes(mesh_n)["train"].points)
+    nodes = len(benchmark_meshes(mesh_n, domain)["train"].points)
     for parts in (16, 4, 1):
         modes = resolved_modes(nodes / parts, 2)
         if modes >= 1 or parts == 1:
             return {"num_patches": parts, "modes": modes}
 
 
-def model_factories(scale: Scale, names: list[str] | None = None) -> dict[str, callable]:
-    """Constructors of every model to compare (geoattn ones that exist, neuralop ones if installed)."""
+def mesh_fno_modes(mesh_n: int, domain: str = "square", most: int | None = None) -> int:
+    """Modes of the mesh-native FNO: those the training mesh's nodes resolve
+    (:func:`geoattn.nn.spectral.resolved_modes`), at least 1 and at most ``most``."""
+    modes = max(1, resolved_modes(len(benchmark_meshes(mesh_n, domain)["train"].points), 2))
+    return modes if most is None else min(modes, most)
+
+
+def model_factories(scale: Scale, names: list[str] | None = None, domain: str = "square") -> dict[str, callable]:
+    """Constructors of every model to compare (geoattn ones that exist, neuralop ones if installed).
+
+    Every model gets the scale's ``width`` and ``depth``; the graph-kernel models (and GINO) a ball
+    radius of 2.5 training-mesh cells; the patched models the patches and modes of
+    :func:`patch_resolution`; the mesh-native FNO (``mesh_fno``) the modes of
+    :func:`mesh_fno_modes`, at most half the grid FNO's ``modes`` (neuralop's ``n_modes`` counts
+    frequencies of both signs, ``K`` here is the largest ``|m|``); the slice transformer (``slice``)
+    its default heads and slices."""
     out = {}
+    radius = 2.5 * cell_size(scale.mesh_n, domain)
     for name, cls in MODELS.items():  # the registry holds the field-to-field models only
         params = inspect.signature(cls.__init__).parameters
         # ball radius of the graph-kernel models (here and GINO's): 2.5 cells of the training mesh
-        kw = {k: v for k, v in dict(width=scale.width, depth=scale.depth, radius=2.5 / scale.mesh_n).items()
+        kw = {k: v for k, v in dict(width=scale.width, depth=scale.depth, radius=radius).items()
               if k in params}
         if "num_patches" in params:
-            kw.update(patch_resolution(scale.mesh_n))
+            kw.update(patch_resolution(scale.mesh_n, domain))
+        elif "modes" in params:
+            kw["modes"] = mesh_fno_modes(scale.mesh_n, domain, max(1, scale.modes // 2))
         out[name] = lambda name=name, kw=kw: build_model(name, in_channels=1, out_channels=1, dim=2, **kw)
     try:
         import neuralop  # noqa: F401
@@ -292,8 +435,8 @@ def model_factories(scale: Scale, names: list[str] | None = None) -> dict[str, c
         log.warning("neuralop is not installed: skipping GINO and FNO (pip install 'geoattn[compare]')")
     else:
         common = dict(in_channels=1, out_channels=1, grid=scale.grid, modes=scale.modes, width=scale.width)
-        out["neuralop-gino"] = lambda: MeshGINO(radius=2.5 / scale.mesh_n, **common)
-        out["neuralop-fno"] = lambda: GridFNO(**common)
+        out["neuralop-gino"] = lambda: MeshGINO(radius=radius, **common)
+        out["neuralop-fno"] = lambda: GridFNO(domain=None if domain == "square" else domain, **common)
     if names:
         missing = set(names) - set(out)
         if missing:
@@ -363,36 +506,61 @@ class PeakMemory:
         self.mib = (self.peak - self.base) / 2**20
 
 
+def budget_epochs(op: NormalizedOperator, train: list, scale: Scale, seed: int = 0) -> int:
+    """Epochs that fit in ``scale.seconds``, from the time of throw-away epochs: one when it takes
+    the whole budget or more, else at least two and up to ten until they add up to 5 % of the
+    budget, timed by the median of all but the first one (which also pays one-time costs such as
+    neighbour graphs and interpolation matrices). The weights are then put back to their initial
+    values."""
+    tensors = [*op.parameters(), *op.buffers()]  # not state_dict: neuralop adds non-tensor entries
+    initial = [t.detach().clone() for t in tensors]
+    seconds = []
+    while not seconds or (seconds[0] < scale.seconds and len(seconds) < 10
+                          and (len(seconds) < 2 or sum(seconds) < scale.seconds / 20)):
+        probe = Trainer(op, epochs=1, batch_size=scale.batch_size, lr=scale.lr, seed=seed, progress=False)
+        seconds.append(probe.fit(train)[-1]["seconds"])
+    with torch.no_grad():
+        for t, t0 in zip(tensors, initial):
+            t.copy_(t0)
+    return max(1, int(scale.seconds / float(np.median(seconds[1:] or seconds))))
+
+
 def run_family(family: str, scale: Scale, names: list[str] | None, device: torch.device,
-               seed: int = 0) -> dict:
-    """Train every model on one coefficient family and score it on every mesh."""
-    meshes = benchmark_meshes(scale.mesh_n)
+               seed: int = 0, domain: str = "square") -> dict:
+    """Train every model on one coefficient family and score it on every mesh of the domain."""
+    meshes = benchmark_meshes(scale.mesh_n, domain)
+    points = np.concatenate([m.points[:, :2] for m in meshes.values()])
+    field = preset("cao", box=(points.min(0), points.max(0)))  # the domain's bounding box
     tic = time.perf_counter()
-    train = darcy_samples({"train": meshes["train"]}, scale.n_train, seed, family)["train"]
-    test = darcy_samples(meshes, scale.n_test, seed, family, start=scale.n_train)
+    train = darcy_samples({"train": meshes["train"]}, scale.n_train, seed, family, field)["train"]
+    test = darcy_samples(meshes, scale.n_test, seed, family, field, start=scale.n_train)
     log.info("%s: data in %.1f s", family, time.perf_counter() - tic)
     train = [d.to(device) for d in train]
     test = {k: [d.to(device) for d in v] for k, v in test.items()}
     rows, operators = {}, {}
-    for name, make in model_factories(scale, names).items():
+    for name, make in model_factories(scale, names, domain).items():
         torch.manual_seed(seed)
         op = _operator(make(), train[0]).to(device)
-        trainer = Trainer(op, epochs=scale.epochs, batch_size=scale.batch_size, lr=scale.lr,
+        epochs = scale.epochs if scale.seconds is None else budget_epochs(op, train, scale, seed)
+        trainer = Trainer(op, epochs=epochs, batch_size=scale.batch_size, lr=scale.lr,
                           seed=seed, progress=False)
         cpu = time.process_time()
         with PeakMemory(device) as mem:
             history = trainer.fit(train)
         seconds = [h["seconds"] for h in history]
         rows[name] = {"parameters": sum(p.numel() for p in op.parameters() if p.requires_grad),
+                      "epochs": epochs,
                       "seconds_per_epoch": float(np.median(seconds)),
-                      "cpu_seconds_per_epoch": (time.process_time() - cpu) / scale.epochs,
+                      "train_seconds": float(np.sum(seconds)),
+                      "cpu_seconds_per_epoch": (time.process_time() - cpu) / epochs,
                       "peak_mib": mem.mib,
                       "train_error": history[-1]["train"]}
         operators[name] = op
         log.info("%s %s: %s", family, name, rows[name])
     report = cross_mesh_report(operators, test, reference="train", batch_size=scale.batch_size)
     for name in operators:
-        rows[name]["test"] = {mesh: report.mean(name, mesh) for mesh in report.nodes}
+        rows[name]["test"] = test_errors = {mesh: report.mean(name, mesh) for mesh in report.nodes}
+        rows[name]["worst_over_train"] = max(list(test_errors.values())[1:]) / test_errors["train"]
     return {"nodes": report.nodes, "models": rows, "report": report, "operators": operators}
 
 
@@ -402,13 +570,15 @@ def markdown(results: dict, scale: Scale) -> str:
     for family, res in results.items():
         meshes = list(res["nodes"])
         out.append(f"**{family}** coefficients (test relative L2(D) error, mean of {scale.n_test} samples):\n")
-        head = ["model", "parameters", "s / epoch", "CPU s / epoch", "peak MiB"] + [
+        head = ["model", "parameters", "epochs", "s / epoch", "train s", "CPU s / epoch", "peak MiB"] + [
             f"{m} ({res['nodes'][m]})" for m in meshes] + ["worst / train"]
         out.append("| " + " | ".join(head) + " |")
         out.append("|" + "---|" * len(head))
         for name, r in res["models"].items():
             errs = [r["test"][m] for m in meshes]
-            cells = [name, f"{r['parameters']:,}", f"{r['seconds_per_epoch']:.2f}",
+            epochs = r.get("epochs", scale.epochs)
+            cells = [name, f"{r['parameters']:,}", f"{epochs}", f"{r['seconds_per_epoch']:.2f}",
+                     f"{r.get('train_seconds', epochs * r['seconds_per_epoch']):.1f}",
                      f"{r['cpu_seconds_per_epoch']:.2f}", f"{r['peak_mib']:.0f}"]
             cells += [f"{e:.4f}" for e in errs] + [f"{max(errs[1:]) / errs[0]:.2f}"]
             out.append("| " + " | ".join(cells) + " |")
@@ -422,11 +592,15 @@ def table(results: dict) -> str:
     for family, res in results.items():
         meshes = list(res["nodes"])
         lines.append(f"{family}: " + ", ".join(f"{m} {n} nodes" for m, n in res["nodes"].items()))
-        lines.append(f"{'model':<15}{'params':>9}{'s/epoch':>9}{'cpu s':>8}{'MiB':>7}" + "".join(f"{m:>10}" for m in meshes))
+        lines.append(f"{'model':<15}{'params':>9}{'epochs':>7}{'s/epoch':>9}{'train s':>8}{'cpu s':>8}{'MiB':>7}"
+                     + "".join(f"{m:>11}" for m in meshes) + f"{'worst/train':>12}")
         for name, r in res["models"].items():
-            lines.append(f"{name:<15}{r['parameters']:>9}{r['seconds_per_epoch']:>9.2f}"
+            errs = [r["test"][m] for m in meshes]
+            epochs = r.get("epochs", 0)
+            lines.append(f"{name:<15}{r['parameters']:>9}{epochs:>7}{r['seconds_per_epoch']:>9.2f}"
+                         f"{r.get('train_seconds', epochs * r['seconds_per_epoch']):>8.1f}"
                          f"{r['cpu_seconds_per_epoch']:>8.2f}{r['peak_mib']:>7.0f}"
-                         + "".join(f"{r['test'][m]:>10.4f}" for m in meshes))
+                         + "".join(f"{e:>11.4f}" for e in errs) + f"{max(errs[1:]) / errs[0]:>12.2f}")
     return "\n".join(lines)
 
 
@@ -475,8 +649,9 @@ def plot(results: dict, folder: Path, prefix: str = "darcy_compare") -> list[Pat
 def combine(paths: list[Path], out: Path) -> dict:
     """Merge ``results.json`` files of runs with the same scale (e.g. models added later) into ``out``."""
     runs = [json.loads(Path(p).read_text()) for p in paths]
-    if any(r["scale"] != runs[0]["scale"] for r in runs):
-        raise ValueError("can only combine runs of the same scale")
+    if any(r["scale"] != runs[0]["scale"] or r.get("domain", "square") != runs[0].get("domain", "square")
+           for r in runs):
+        raise ValueError("can only combine runs of the same scale and domain")
     results = runs[0]["results"]
     for run in runs[1:]:
         for family, res in run["results"].items():
@@ -496,6 +671,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--device", default="cpu")
     for field in ("mesh_n", "n_train", "n_test", "epochs", "batch_size", "width", "depth", "grid", "modes"):
         parser.add_argument("--" + field.replace("_", "-"), type=int, help=f"override the scale's {field}")
+    parser.add_argument("--seconds", type=float,
+                        help="wall-clock training budget per model (epochs follow from its speed; default: --epochs)")
+    parser.add_argument("--domain", default="square", choices=DOMAINS, help="training domain (default square)")
     parser.add_argument("--out", type=Path, help="folder for results.json, table.md and the plots")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     parser.add_argument("--combine", nargs="+", type=Path, metavar="RESULTS_JSON",
@@ -511,18 +689,18 @@ def main(argv: list[str] | None = None) -> dict:
                                            if k in Scale.__dataclass_fields__ and v is not None})
     device = torch.device(args.device)
     tic = time.perf_counter()
-    results = {f: run_family(f, scale, args.models, device) for f in args.families}
+    results = {f: run_family(f, scale, args.models, device, domain=args.domain) for f in args.families}
     print(table(results))
     machine = (torch.cuda.get_device_name(device) if device.type == "cuda" else
                f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads")
     load = os.getloadavg()
-    print(f"scale {args.scale}: {asdict(scale)}; device {device} ({machine}); total "
+    print(f"scale {args.scale}: {asdict(scale)}; domain {args.domain}; device {device} ({machine}); total "
           f"{time.perf_counter() - tic:.0f} s; load average at the end {load[0]:.1f} / {load[2]:.1f} (1 / 15 min)")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         plain = {f: {k: v for k, v in r.items() if k not in ("report", "operators")} for f, r in results.items()}
         (args.out / "results.json").write_text(json.dumps(
-            {"scale": asdict(scale), "device": str(device), "machine": machine, "load": load, "results": plain}, indent=1))
+            {"scale": asdict(scale), "domain": args.domain, "device": str(device), "machine": machine, "load": load, "results": plain}, indent=1))
         (args.out / "table.md").write_text(markdown(results, scale))
         plot(results, args.out)
     return results

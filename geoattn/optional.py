@@ -12,7 +12,8 @@ extra          packages             features
 ``plot``       matplotlib           figures of reports and predictions
 ``progress``   tqdm                 progress bars (torch-geometric installs it too)
 ``partition``  pymetis              METIS partitions (coordinate bisection otherwise)
-``all``        all four             the demo and the test suite
+``nufft``      finufft              NUFFT spectral transforms (dense transforms otherwise)
+``all``        all five             the demo and the test suite
 =============  ===================  ===================================================
 """
 

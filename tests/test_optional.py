@@ -8,7 +8,7 @@ import pytest
 from geoattn import optional
 from geoattn.optional import MissingDependencyError, progress, require
 
-HEAVY = ("skfem", "meshio", "h5py", "matplotlib", "tqdm")
+HEAVY = ("skfem", "meshio", "h5py", "matplotlib", "tqdm", "finufft")
 
 
 def test_require_returns_the_module():

@@ -11,7 +11,9 @@ lengths :math:`L` and corner :math:`a`, the Fourier coefficients
 for the modes :math:`m \in \{-K_1..K_1\} \times \dots \times \{-K_d..K_d\}` (``u`` is extended by
 zero outside the domain). A spectral operator multiplies the coefficients mode by mode and
 evaluates the truncated series at any points: the cost is :math:`O(N M C)` for ``M`` modes, no
-grid and no FFT, so the same operator acts on every mesh of the domain.
+grid and no FFT, so the same operator acts on every mesh of the domain. With finufft installed
+(extra ``nufft``) the same sums go through non-uniform FFTs (:mod:`geoattn.nn.nufft`) in
+:math:`O((N + M \log M) C)`, when a segment is large enough to profit (``backend="auto"``).
 
 The transforms work per *segment* through a :class:`FourierFrame`: one segment per graph on its
 bounding box (:func:`box_frame`, used by :class:`SpectralIntegral` and :class:`SpectralSmoothing`),
@@ -30,11 +32,14 @@ from torch import nn
 
 from geoattn.mesh.partition import patch_centroids
 
+from . import nufft
 from .functional import num_graphs as count_graphs, segment_matmul, weighted_gram
 
 __all__ = [
+    "BACKENDS",
     "FourierFrame",
     "ModeLinear",
+    "NUFFT_MIN_WORK",
     "PatchSpectralIntegral",
     "SpectralIntegral",
     "SpectralSmoothing",
@@ -185,21 +190,81 @@ def _cos_sin(xi: torch.Tensor, modes: torch.Tensor) -> torch.Tensor:
     return torch.cat([angle.cos(), angle.sin()], dim=-1)  # (N, 2M)
 
 
+#: ``backend="auto"`` uses finufft when a segment holds on average at least this many node-mode
+#: products :math:`N_s M` (measured by ``benchmarks/spectral.py``, see the benchmarks page).
+NUFFT_MIN_WORK = 2_000_000
+
+#: The values of ``backend``: finufft when it pays (``"auto"``), always, or never.
+BACKENDS = ("auto", "dense", "finufft")
+
+
+def _checked_backend(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    return backend
+
+
+def _uses_nufft(backend: str, frame: FourierFrame, modes: torch.Tensor) -> bool:
+    """Whether a transform of ``frame`` on ``modes`` goes through finufft (see ``backend``)."""
+    if _checked_backend(backend) == "dense":
+        return False
+    if backend == "finufft":
+        if not _is_mode_box(modes):
+            raise ValueError("backend='finufft' needs the full mode box of fourier_modes(K, dim)")
+        nufft.finufft()  # raises, naming the extra, when finufft is missing
+        return True
+    work = len(frame.xi) * len(modes)
+    return (frame.xi.device.type == "cpu" and not frame.xi.requires_grad
+            and work >= NUFFT_MIN_WORK * frame.num_segments and nufft.available()
+            and _is_mode_box(modes))
+
+
+def _mode_box(modes: torch.Tensor) -> tuple[int, ...]:
+    """:math:`K_k` per dimension of the box spanned by ``modes`` ``[M, d]``."""
+    return tuple(modes.abs().amax(0).tolist())
+
+
+def _is_mode_box(modes: torch.Tensor) -> bool:
+    """Whether ``modes`` is exactly :func:`fourier_modes` of its box (the order finufft uses)."""
+    return torch.equal(modes.cpu(), fourier_modes(_mode_box(modes), modes.shape[1]))
+
+
+def _by_segment(frame: FourierFrame) -> tuple[torch.Tensor, list[int]]:
+    """Node order grouping the segments, and the node count of each segment."""
+    order = torch.argsort(frame.segment, stable=True)
+    return order, torch.bincount(frame.segment, minlength=frame.num_segments).tolist()
+
+
+def _periodic_points(xi: torch.Tensor) -> torch.Tensor:
+    r"""NUFFT points :math:`2\pi(\xi - \mathrm{round}(\xi)) \in [-\pi, \pi]`, the same
+    exponentials for integer modes."""
+    return 2.0 * math.pi * (xi - xi.round())
+
+
 def fourier_coefficients(x: torch.Tensor, weight: torch.Tensor, frame: FourierFrame,
-                         modes: torch.Tensor) -> torch.Tensor:
+                         modes: torch.Tensor, backend: str = "auto") -> torch.Tensor:
     r"""Quadrature of the Fourier coefficients of every segment, ``[S, M, C]`` complex.
 
     .. math::
         \hat u_s(m) = \frac{1}{|B_s|} \sum_{i \in s} w_i\, u_i\, e^{-2\pi i\, m \cdot \xi_i}
 
-    Computed in real arithmetic (cosine and sine parts) with one weighted Gram matrix per segment.
+    The dense backend computes it in real arithmetic (cosine and sine parts) with one weighted
+    Gram matrix per segment, :math:`O(N M C)`. The finufft backend computes one type-1 NUFFT per
+    segment (:func:`geoattn.nn.nufft.nufft_type1`, the ``C`` channels as ``n_trans``),
+    :math:`O(C (N + M \log M))`, to about ``1e-6`` relative in float32 and ``1e-12`` in float64.
 
     Args:
         x: real values ``[N, C]``.
         weight: quadrature weights ``[N]``.
         frame: the :class:`FourierFrame` of the nodes.
         modes: integer modes ``[M, d]`` from :func:`fourier_modes`.
+        backend: ``"dense"``, ``"finufft"`` (error if it is not installed, or if ``modes`` is not
+            a full :func:`fourier_modes` box) or ``"auto"`` (default: finufft when installed, on
+            CPU tensors, without gradients in the positions, and with at least
+            :data:`NUFFT_MIN_WORK` node-mode products per segment; dense otherwise).
     """
+    if _uses_nufft(backend, frame, modes):
+        return _nufft_coefficients(x, weight, frame, modes)
     m = len(modes)
     trig = _cos_sin(frame.xi.to(x.dtype), modes)  # (N, 2M)
     gram = weighted_gram(trig, x, weight, frame.segment, frame.num_segments)  # (S, 2M, C)
@@ -207,20 +272,51 @@ def fourier_coefficients(x: torch.Tensor, weight: torch.Tensor, frame: FourierFr
     return torch.complex(gram[:, :m], -gram[:, m:])  # (S, M, C)
 
 
-def fourier_evaluate(coeff: torch.Tensor, frame: FourierFrame, modes: torch.Tensor) -> torch.Tensor:
+def _nufft_coefficients(x, weight, frame, modes):
+    n_modes = tuple(2 * k + 1 for k in _mode_box(modes))
+    c = x.shape[1]
+    points = _periodic_points(frame.xi.to(x.dtype))  # (N, d)
+    values = (x * weight.to(x.dtype)[:, None]).to(x.dtype.to_complex()).t()  # (C, N)
+    order, counts = _by_segment(frame)
+    coeff = [nufft.nufft_type1(points[idx], values[:, idx], n_modes).reshape(c, -1).t()  # (M, C)
+             if len(idx) else values.new_zeros(len(modes), c)
+             for idx in order.split(counts)]
+    return torch.stack(coeff) / frame.volume.to(x.dtype).view(-1, 1, 1)  # (S, M, C)
+
+
+def fourier_evaluate(coeff: torch.Tensor, frame: FourierFrame, modes: torch.Tensor,
+                     backend: str = "auto") -> torch.Tensor:
     r"""Evaluate the truncated series :math:`\mathrm{Re} \sum_m \hat u_s(m) e^{2\pi i m \cdot \xi}`.
+
+    Dense (:math:`O(N M C)`) or, with finufft, one type-2 NUFFT per segment
+    (:func:`geoattn.nn.nufft.nufft_type2`); ``backend`` as in :func:`fourier_coefficients`.
 
     Args:
         coeff: coefficients ``[S, M, C]`` (complex).
         frame: the :class:`FourierFrame` of the evaluation points (segment of each point).
         modes: integer modes ``[M, d]``.
+        backend: ``"auto"`` (default), ``"dense"`` or ``"finufft"``.
 
     Returns:
         real values ``[N, C]``.
     """
+    if _uses_nufft(backend, frame, modes):
+        return _nufft_evaluate(coeff, frame, modes)
     trig = _cos_sin(frame.xi.to(coeff.real.dtype), modes)  # (N, 2M)
     stacked = torch.cat([coeff.real, -coeff.imag], dim=1)  # (S, 2M, C): Re(c e) = c_r cos - c_i sin
     return segment_matmul(trig, stacked, frame.segment)
+
+
+def _nufft_evaluate(coeff, frame, modes):
+    n_modes = tuple(2 * k + 1 for k in _mode_box(modes))
+    s, _, c = coeff.shape
+    points = _periodic_points(frame.xi.to(coeff.real.dtype))  # (N, d)
+    order, counts = _by_segment(frame)
+    grid = coeff.transpose(1, 2).reshape(s, c, *n_modes)  # (S, C, n_1, ..., n_d)
+    out = [nufft.nufft_type2(points[idx], grid[g]).real.t()  # (N_g, C)
+           for g, idx in enumerate(order.split(counts)) if len(idx)]
+    out = torch.cat(out) if out else points.new_zeros(0, c)  # (N, C), segment order
+    return torch.empty_like(out).index_copy(0, order, out)
 
 
 def hermitian_part(coeff: torch.Tensor, dim: int = -2) -> torch.Tensor:
@@ -287,7 +383,9 @@ class SpectralIntegral(nn.Module):
     match the function's values on opposite sides of the domain. The coefficients are a
     quadrature of the continuum Fourier integral, so the output converges
     at the order of the quadrature as the mesh is refined. The cost is
-    :math:`O((N + N_\text{out}) M C + M C_\text{in} C_\text{out})` for :math:`M` modes.
+    :math:`O((N + N_\text{out}) M C + M C_\text{in} C_\text{out})` for :math:`M` modes with dense
+    transforms, and :math:`O((N + N_\text{out} + M \log M) C + M C_\text{in} C_\text{out})` with
+    finufft.
 
     Args:
         in_channels: :math:`C_\text{in}`.
@@ -295,6 +393,9 @@ class SpectralIntegral(nn.Module):
         modes: :math:`K` per dimension (int or sequence of ``dim`` ints); ``M = prod(2K + 1)``.
         dim: spatial dimension :math:`d`.
         padding: fraction :math:`p \ge 0` by which the box extends past the nodes (default ``0``).
+        backend: how the transforms are computed, ``"auto"`` (default), ``"dense"`` or
+            ``"finufft"`` (:func:`fourier_coefficients`); the results agree to the precision of
+            the dtype.
 
     Shapes:
         - **input:** ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional),
@@ -304,12 +405,12 @@ class SpectralIntegral(nn.Module):
     """
 
     def __init__(self, in_channels: int, out_channels: int, modes: int | Sequence[int], dim: int,
-                 padding: float = 0.0):
+                 padding: float = 0.0, backend: str = "auto"):
         super().__init__()
         if padding < 0:
             raise ValueError(f"padding must be >= 0, got {padding}")
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
-        self.padding = padding
+        self.padding, self.backend = padding, _checked_backend(backend)
         self.modes = modes
         self.register_buffer("mode_index", fourier_modes(modes, dim), persistent=False)
         self.mix = ModeLinear(in_channels, out_channels, len(self.mode_index))
@@ -338,13 +439,15 @@ class SpectralIntegral(nn.Module):
         lo, hi = bounding_box(pos, batch, b, weight)
         hi = lo + (1.0 + self.padding) * (hi - lo)
         frame = box_frame(pos, batch, b, box=(lo, hi))
-        coeff = self.multiply(fourier_coefficients(x, weight, frame, self.mode_index), hi - lo)
+        coeff = fourier_coefficients(x, weight, frame, self.mode_index, self.backend)
+        coeff = self.multiply(coeff, hi - lo)
         if pos_query is not None:
             frame = box_frame(pos_query, batch_query, b, box=(lo, hi))
-        return fourier_evaluate(coeff, frame, self.mode_index)
+        return fourier_evaluate(coeff, frame, self.mode_index, self.backend)
 
     def extra_repr(self) -> str:
         pad = f", padding={self.padding}" if self.padding else ""
+        pad += f", backend={self.backend!r}" if self.backend != "auto" else ""
         return f"{self.in_channels}, {self.out_channels}, modes={self.modes}, dim={self.dim}{pad}"
 
 
@@ -368,17 +471,20 @@ class SpectralSmoothing(SpectralIntegral):
         dim: spatial dimension :math:`d`.
         eps: :math:`\varepsilon > 0` (default ``1e-3``).
         alpha: :math:`\alpha > 0` (default ``1.001``).
+        backend: ``"auto"`` (default), ``"dense"`` or ``"finufft"``, as :class:`SpectralIntegral`.
 
     Shapes:
         - **input:** as :class:`SpectralIntegral`, any number of channels ``C``.
         - **output:** ``[N_out, C]``.
     """
 
-    def __init__(self, modes: int | Sequence[int], dim: int, eps: float = 1e-3, alpha: float = 1.001):
+    def __init__(self, modes: int | Sequence[int], dim: int, eps: float = 1e-3, alpha: float = 1.001,
+                 backend: str = "auto"):
         nn.Module.__init__(self)
         if eps <= 0 or alpha <= 0:
             raise ValueError(f"eps and alpha must be positive, got eps={eps}, alpha={alpha}")
         self.dim, self.modes, self.eps, self.alpha, self.padding = dim, modes, eps, alpha, 0.0
+        self.backend = _checked_backend(backend)
         self.register_buffer("mode_index", fourier_modes(modes, dim), persistent=False)
 
     def reset_parameters(self) -> None:
@@ -410,7 +516,7 @@ class PatchSpectralIntegral(SpectralIntegral):
     embedding, and the spectral :math:`Q, K, V` of FANO.
 
     Args:
-        in_channels, out_channels, modes, dim: as :class:`SpectralIntegral`.
+        in_channels, out_channels, modes, dim, backend: as :class:`SpectralIntegral`.
 
     Shapes:
         - **input:** ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional),
@@ -423,5 +529,5 @@ class PatchSpectralIntegral(SpectralIntegral):
                 batch: torch.Tensor | None = None, *, patch: torch.Tensor,
                 patch_length: float = 1.0, num_patches: int | None = None) -> torch.Tensor:
         frame = patch_frame(pos, weight, patch, patch_length, batch, num_patches)
-        coeff = self.mix(fourier_coefficients(x, weight, frame, self.mode_index))
-        return fourier_evaluate(coeff, frame, self.mode_index)
+        coeff = self.mix(fourier_coefficients(x, weight, frame, self.mode_index, self.backend))
+        return fourier_evaluate(coeff, frame, self.mode_index, self.backend)

@@ -93,3 +93,71 @@ def test_tiny_run_scores_every_model_on_every_mesh(dc, tmp_path):
     merged = dc.main(["--combine", str(tmp_path / "results.json"), "--out", str(tmp_path / "merged")])
     assert merged["piecewise"]["models"]["tno"]["test"] == pytest.approx(res["models"]["tno"]["test"])
     assert (tmp_path / "merged" / "table.md").read_text() == (tmp_path / "table.md").read_text()
+
+
+def _peers():
+    """The neuralop models when neuralop is installed (the other tests run without it)."""
+    try:
+        import neuralop  # noqa: F401
+    except ImportError:
+        return []
+    return ["neuralop-gino", "neuralop-fno"]
+
+
+@pytest.mark.parametrize("domain", ["lshape", "holes"])
+def test_domain_meshes_cover_the_same_domain(dc, domain):
+    from geoattn.mesh import from_meshio
+
+    meshes = dc.benchmark_meshes(4, domain)
+    assert len(meshes) >= 3 and "train" in meshes and "refined" in meshes
+    areas = [float(from_meshio(m).weight.sum()) for m in meshes.values()]
+    np.testing.assert_allclose(areas, areas[0], rtol=1e-6)  # boundary nodes never move
+    pos = {k: m.points[:, :2] for k, m in meshes.items()}
+    assert all(dc.inside(domain, p).all() for p in pos.values())
+    other = [k for k in meshes if k not in ("train", "refined")][0]
+    assert len(pos[other]) != len(pos["train"]) or not np.allclose(pos[other], pos["train"])
+
+
+def test_grid_values_outside_the_domain_are_zero(dc):
+    # L-shape: the grid points in the removed quadrant get no value from the mesh, the others
+    # the piecewise-linear interpolant (exact for an affine function), and the mask says which.
+    pos = dc.benchmark_meshes(4, "lshape")["train"].points[:, :2]
+    to_grid, _, mask = dc.grid_operators(pos, 9, "lshape")
+    grid = dc._grid(torch.as_tensor(pos), 9)
+    assert mask.sum() == 9 * 9 - 4 * 4  # the open quadrant holds 4 x 4 of the 9 x 9 points
+    f = lambda p: 0.3 + 2.0 * p[:, 0] - 1.5 * p[:, 1]  # noqa: E731
+    values = to_grid.tocsr() @ f(pos)
+    np.testing.assert_allclose(values[mask], f(grid[mask]), atol=1e-12)
+    assert np.all(values[~mask] == 0)
+    assert dc.grid_operators(pos, 9)[2] is None  # no domain, no mask
+
+
+def test_wall_clock_budget_run(dc, tmp_path):
+    results = dc.main(["--scale", "tiny", "--families", "piecewise", "--models", "tno", "slice",
+                       "--seconds", "2", "--out", str(tmp_path)])
+    rows = results["piecewise"]["models"]
+    assert set(rows) == {"tno", "slice"}
+    for row in rows.values():
+        assert row["epochs"] >= 1 and row["train_seconds"] > 0 and row["peak_mib"] >= 0
+        assert row["worst_over_train"] == pytest.approx(max(list(row["test"].values())[1:]) / row["test"]["train"])
+    assert "| slice |" in (tmp_path / "table.md").read_text()
+
+
+def test_budget_probe_puts_the_initial_weights_back(dc):
+    scale = dc.replace(dc.SCALES["tiny"], seconds=0.5)
+    train = dc.darcy_samples({"train": dc.benchmark_meshes(6)["train"]}, 2, 0, "piecewise")["train"]
+    op = dc._operator(dc.model_factories(scale, ["tno"])["tno"](), train[0])
+    before = [t.detach().clone() for t in op.parameters()]
+    assert dc.budget_epochs(op, train, scale) >= 1
+    assert all(torch.equal(a, b) for a, b in zip(before, op.parameters()))
+
+
+def test_tiny_run_on_the_disk_with_holes(dc):
+    models = ["tno", "mesh_fno", *_peers()]
+    results = dc.main(["--scale", "tiny", "--families", "piecewise", "--domain", "holes",
+                       "--models", *models])
+    res = results["piecewise"]
+    assert list(res["nodes"]) == ["train", "refined", "perturbed"]
+    assert set(res["models"]) == set(models)
+    for row in res["models"].values():
+        assert all(0 < e < 2 for e in row["test"].values())

@@ -1,0 +1,88 @@
+"""Time SpectralIntegral with dense and finufft transforms, forward and forward + backward.
+
+One graph of ``N`` random nodes in the unit square, ``--channels`` channels in and out,
+``--modes`` per dimension in 2-D (``M = (2K + 1)^2``), float32 on the CPU. Prints one row per
+``N`` (best of ``--repeat`` runs, seconds), the crossover ``N`` above which finufft is faster
+(log-linear interpolation of the time ratio between the measured sizes), and the speed-up at
+the largest size timed with both. Dense is skipped above ``--dense-max`` nodes.
+
+Usage::
+
+    python benchmarks/spectral.py [--nodes 1000 3000 10000 30000 100000 1000000] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import torch
+from timing import best_time
+
+from geoattn.nn import SpectralIntegral
+
+CPU = torch.device("cpu")
+
+
+def _times(layer, x, pos, weight, repeat):
+    forward = best_time(lambda: layer(x, pos, weight), CPU, repeat)
+
+    def step():
+        layer(x.requires_grad_(), pos, weight).square().sum().backward()
+
+    return forward, best_time(step, CPU, repeat)
+
+
+def crossover(nodes: list[int], ratio: list[float]) -> float | None:
+    """First ``N`` where the dense / finufft time ratio reaches 1 (log-linear between sizes)."""
+    for (n0, r0), (n1, r1) in zip(zip(nodes, ratio), zip(nodes[1:], ratio[1:])):
+        if r0 < 1 <= r1:
+            t = -math.log(r0) / (math.log(r1) - math.log(r0))
+            return math.exp(math.log(n0) + t * (math.log(n1) - math.log(n0)))
+    return nodes[0] if ratio and ratio[0] >= 1 else None
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, nargs="+",
+                        default=[1000, 3000, 10_000, 30_000, 100_000, 1_000_000])
+    parser.add_argument("--dense-max", type=int, default=100_000)
+    parser.add_argument("--channels", type=int, default=32)
+    parser.add_argument("--modes", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    gen = torch.Generator().manual_seed(0)
+    layers = {b: SpectralIntegral(args.channels, args.channels, args.modes, 2, backend=b)
+              for b in ("dense", "finufft")}
+    layers["finufft"].load_state_dict(layers["dense"].state_dict())
+    rows = []
+    print(f"{'N':>9} {'dense fwd':>10} {'finufft fwd':>12} {'dense f+b':>10} {'finufft f+b':>12}")
+    for n in args.nodes:
+        pos = torch.rand(n, 2, generator=gen)
+        weight = torch.full((n,), 1.0 / n)
+        x = torch.randn(n, args.channels, generator=gen)
+        row = {"nodes": n}
+        for name, layer in layers.items():
+            if name == "dense" and n > args.dense_max:
+                continue
+            repeat = args.repeat if n <= 100_000 else 1
+            row[f"{name}_forward_s"], row[f"{name}_step_s"] = _times(layer, x, pos, weight, repeat)
+        rows.append(row)
+        cells = [row.get(k) for k in ("dense_forward_s", "finufft_forward_s", "dense_step_s",
+                                      "finufft_step_s")]
+        print(f"{n:>9} " + " ".join("         -" if c is None else f"{c:10.4f}" for c in cells))
+    both = [r for r in rows if "dense_forward_s" in r]
+    report = {"channels": args.channels, "modes": args.modes, "threads": args.threads, "rows": rows}
+    for kind in ("forward", "step"):
+        ratio = [r[f"dense_{kind}_s"] / r[f"finufft_{kind}_s"] for r in both]
+        report[f"crossover_nodes_{kind}"] = crossover([r["nodes"] for r in both], ratio)
+        report[f"speedup_{kind}_at_{both[-1]['nodes']}"] = ratio[-1]
+    print(json.dumps({k: v for k, v in report.items() if k != "rows"}, indent=2))
+    return report
+
+
+if __name__ == "__main__":
+    main()
