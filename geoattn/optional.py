@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import sys
 from collections.abc import Iterable
 from types import ModuleType
 
@@ -89,19 +90,29 @@ def _say_once(message: str) -> None:
     log.info("%s", message)
 
 
+def _is_terminal(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
 def progress(iterable: Iterable | None = None, *, enabled: bool = True, **tqdm_kwargs):
     """A progress bar: ``tqdm.auto.tqdm(iterable, **tqdm_kwargs)`` when ``enabled`` and installed.
 
     Otherwise a silent stand-in with the same small API (iteration over ``iterable``,
     ``update``, ``set_postfix``, ``close``, use as a context manager). When a bar is wanted but
-    tqdm is missing, this is logged once at INFO level with the extra that installs it.
+    tqdm is missing, this is logged once at INFO level with the extra that installs it. A bar is
+    drawn only on a terminal: when standard error is redirected to a file or a pipe (a log, CI),
+    the bar's carriage-return redraws would fill it with hundreds of bytes per step, so the
+    stand-in is used there too.
 
     Args:
         iterable: what to iterate over (default ``None``: drive the bar with ``update``).
         enabled: show a bar (default ``True``).
         **tqdm_kwargs: passed to tqdm (``total``, ``desc``, ``unit``, ``leave``, ...).
     """
-    if enabled:
+    if enabled and _is_terminal(sys.stderr):
         try:
             tqdm = require("tqdm.auto", "progress", "progress bars").tqdm
         except MissingDependencyError as err:

@@ -42,7 +42,13 @@ def test_require_does_not_hide_a_broken_installed_package(tmp_path, monkeypatch)
 
 
 @pytest.fixture
-def no_tqdm(monkeypatch):
+def terminal(monkeypatch):
+    """Standard error is a terminal (under pytest it is captured, so it is not)."""
+    monkeypatch.setattr(optional, "_is_terminal", lambda stream: True)
+
+
+@pytest.fixture
+def no_tqdm(monkeypatch, terminal):
     monkeypatch.setitem(sys.modules, "tqdm", None)
     monkeypatch.setitem(sys.modules, "tqdm.auto", None)
     optional._say_once.cache_clear()
@@ -77,10 +83,23 @@ def test_disabled_progress_is_silent_and_needs_no_tqdm(caplog, capsys):
     assert not type(bar).__module__.startswith("tqdm")
 
 
-def test_progress_is_tqdm_when_installed():
+def test_progress_is_tqdm_when_installed(terminal):
     tqdm = pytest.importorskip("tqdm.auto").tqdm
     bar = progress(range(4), disable=True)
     assert isinstance(bar, tqdm) and list(bar) == [0, 1, 2, 3]
+
+
+def test_no_bar_when_standard_error_is_not_a_terminal(caplog, capsys):
+    """Redirected to a log or a pipe, a bar would write its redraws there: none is drawn."""
+    optional._say_once.cache_clear()
+    with caplog.at_level(logging.INFO, logger="geoattn.optional"):
+        bar = progress(range(3), desc="x")
+        assert list(bar) == [0, 1, 2]
+        bar.set_postfix(loss="1")
+        bar.close()
+    assert not type(bar).__module__.startswith("tqdm")
+    assert not caplog.records and capsys.readouterr() == ("", "")
+    assert optional._is_terminal(object()) is False
 
 
 # Run in a fresh interpreter in which the blocked packages cannot be imported (torch and
