@@ -1,0 +1,91 @@
+"""Forward time and peak memory of every geoattn model as the number of nodes grows.
+
+Each (model, N) runs in a fresh process: build the model (width 32, depth 2, float32), draw N
+uniform random nodes of the unit square with uniform weights, run one untimed and one timed
+forward pass without gradients, and report the seconds and the peak resident memory added by
+the forward passes (``ru_maxrss`` after minus before; CPU). A run that exceeds ``--timeout``
+seconds is reported as such. Quadratic-cost models (TNO's dense attention) are not tried beyond
+``--quadratic-max`` nodes. Run ``python benchmarks/scale.py [--nodes 1e4 1e5 1e6]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+
+#: constructor keywords per model (beyond width and depth) and whether its cost is linear in N
+MODELS = {
+    "tno": ({"num_heads": 4}, False),
+    "galerkin": ({"num_heads": 4}, True),
+    "slice": ({"num_heads": 4, "num_slices": 32}, True),
+    "mesh_fno": ({"modes": 4}, True),
+    "gno": ({}, True),  # radius set per N for about 16 neighbours
+    "vit": ({"num_heads": 4, "num_patches": 16, "modes": 2}, True),
+    "fano": ({"num_heads": 4, "num_patches": 16, "modes": 2}, True),
+}
+
+_RUN = """
+import json, math, resource, sys, time
+import torch
+from geoattn.models import build_model
+torch.set_num_threads({threads})
+name, n, kw = {name!r}, {n}, {kw!r}
+if name == "gno":
+    kw = dict(kw, radius=math.sqrt(16 / (math.pi * n)))
+torch.manual_seed(0)
+model = build_model(name, in_channels=1, out_channels=1, dim=2, width=32, depth=2, **kw).eval()
+pos = torch.rand(n, 2)
+x, w = torch.sin(6 * pos[:, :1]), torch.full((n,), 1.0 / n)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+with torch.no_grad():
+    model(x, pos, w)
+    tic = time.perf_counter()
+    out = model(x, pos, w)
+    seconds = time.perf_counter() - tic
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+print(json.dumps({{"seconds": seconds, "peak_mib": peak / 1024, "finite": bool(torch.isfinite(out).all())}}))
+"""
+
+
+def run(name: str, n: int, threads: int, timeout: float) -> dict:
+    kw, _ = MODELS[name]
+    code = _RUN.format(threads=threads, name=name, n=n, kw=kw)
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"status": f"over {timeout:.0f} s"}
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return {"status": f"failed: {last[:80]}"}
+    return {"status": "ok", **json.loads(proc.stdout.strip().splitlines()[-1])}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=float, nargs="+", default=[1e4, 1e5, 1e6])
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--quadratic-max", type=float, default=1e5)
+    args = parser.parse_args(argv)
+    results = {}
+    print(f"{'model':<10}{'nodes':>10}{'forward s':>12}{'peak MiB':>10}  status")
+    for name in args.models:
+        for n in map(int, args.nodes):
+            if not MODELS[name][1] and n > args.quadratic_max:
+                r = {"status": "not tried (quadratic cost)"}
+            else:
+                r = run(name, n, args.threads, args.timeout)
+            results[f"{name}@{n}"] = r
+            secs = f"{r['seconds']:.3f}" if "seconds" in r else "-"
+            mem = f"{r['peak_mib']:.0f}" if "peak_mib" in r else "-"
+            print(f"{name:<10}{n:>10}{secs:>12}{mem:>10}  {r['status']}", flush=True)
+    return results
+
+
+if __name__ == "__main__":
+    main()
