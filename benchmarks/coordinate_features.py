@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> dict:
     for f in args.features:
         torch.manual_seed(0)
         model = build_model(args.model, in_channels=1, out_channels=1, dim=2, width=recipe.width,
-                            depth=recipe.depth, fourier_features=f, fourier_scale=args.scale)
+                            depth=recipe.depth,
+                            coordinate_features=dict(num_features=f, scale=args.scale) if f else None)
         op = NormalizedOperator(model)
         Trainer(op, epochs=args.epochs, batch_size=recipe.batch_size, lr=recipe.lr,
                 progress=False).fit(train)

@@ -16,7 +16,11 @@ deviation when it fails, so a test is one line:
   :func:`convergence_rate` / :func:`assert_convergence_rate` fit the order :math:`p` of a
   cross-mesh convergence study, :math:`e(h) \approx C h^p`;
 - :func:`assert_rejects_mismatched_inputs`: a model refuses coordinates of the wrong dimension
-  and inputs with the wrong number of channels, with its typed errors.
+  and inputs with the wrong number of channels, with its typed errors;
+- :func:`assert_model_converges`: an (untrained) model's output for one continuum input
+  converges under uniform refinement of a mesh at a fitted order;
+- :func:`assert_batched_equals_separate`: a model gives each graph of a batch its own output, and
+  a copy rebuilt from its name and ``hparams`` gives the same numbers.
 """
 
 from __future__ import annotations
@@ -28,9 +32,11 @@ import torch
 
 __all__ = [
     "assert_batch_independent",
+    "assert_batched_equals_separate",
     "assert_convergence_rate",
     "assert_duplication_invariant",
     "assert_matches_reference",
+    "assert_model_converges",
     "assert_padding_invariant",
     "assert_permutation_equivariant",
     "assert_rejects_mismatched_inputs",
@@ -207,3 +213,40 @@ def assert_rejects_mismatched_inputs(model: torch.nn.Module, num_nodes: int = 5)
         assert f"expects {channels} input channel" in str(err), f"ChannelError does not name {channels}: {err}"
     else:
         raise AssertionError(f"{type(model).__name__} accepted {channels + 1} input channels")
+
+
+@torch.no_grad()
+def assert_model_converges(model: torch.nn.Module, function: Callable[[torch.Tensor], torch.Tensor],
+                           mesh, times: Sequence[int] = (0, 1, 2, 3), order: float = 1.6) -> float:
+    """Check that ``model``'s output for ``function`` sampled on uniform refinements of ``mesh``
+    converges at the nodes of ``mesh`` (kept first by red refinement) at a fitted order of at
+    least ``order``, against the finest level (max norm; float64). Returns the fitted order."""
+    samples = refinement_samples(mesh, times, function)
+    n = len(samples[0][1])
+    outs = [model(x, pos, w)[:n] for x, pos, w, _ in samples]
+    errors = [float((o - outs[-1]).abs().max()) for o in outs[:-1]]
+    rate = convergence_rate([s[3] for s in samples[:-1]], errors)
+    if not rate >= order:
+        raise AssertionError(f"fitted order {rate:.2f} < {order} (errors {errors})")
+    return rate
+
+
+@torch.no_grad()
+def assert_batched_equals_separate(model: torch.nn.Module, samples: Sequence, atol: float = 1e-12) -> None:
+    """Check that ``model`` on a PyG batch of ``samples`` (each with ``x``, ``pos``, ``weight``)
+    equals the model on each sample alone, and that the registered model rebuilt from
+    ``model.model_name`` and ``model.hparams`` with the same state gives identical outputs."""
+    from torch_geometric.data import Batch
+
+    from .models import build_model
+
+    b = Batch.from_data_list(list(samples))
+    alone = torch.cat([model(d.x, d.pos, d.weight) for d in samples])
+    _assert_close(model(b.x, b.pos, b.weight, b.batch), alone, "batch vs alone", atol, 0.0)
+    p = next(model.parameters())
+    again = build_model(model.model_name, **model.hparams).to(p.dtype)
+    again.load_state_dict(model.state_dict())
+    again.train(model.training)
+    d = samples[0]
+    if not torch.equal(again(d.x, d.pos, d.weight), model(d.x, d.pos, d.weight)):
+        raise AssertionError(f"{type(model).__name__} rebuilt from its hparams gives other outputs")

@@ -105,3 +105,41 @@ def test_matches_reference_checks_values_and_gradients():
         testing.assert_matches_reference(x * x, x ** 2 + 1e-9, [x])
     with pytest.raises(AssertionError, match="reference gradient of input 0"):
         testing.assert_matches_reference(x * x, (x * x).detach() + 3 * (x - x.detach()), [x])
+
+
+class _Mean(torch.nn.Module):
+    """A registered-looking model: weighted mean of x over the nodes, ignoring or using batch."""
+
+    model_name, hparams = "tno", {}
+
+    def __init__(self, weighted=True, use_batch=True):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones((), dtype=torch.float64))
+        self.weighted, self.use_batch = weighted, use_batch
+
+    def forward(self, x, pos, weight, batch=None):
+        w = weight if self.weighted else torch.ones_like(weight)
+        b = batch if self.use_batch and batch is not None else torch.zeros(len(x), dtype=torch.long)
+        mean = integrate(x, w, b) / integrate(torch.ones_like(w), w, b)[:, None]
+        return self.scale * mean[b]
+
+
+def test_model_convergence_check_tells_weighted_from_node_average():
+    from geoattn.mesh import families
+
+    def f(pos):
+        return torch.exp(pos[:, :1])
+
+    graded = families.unit_square(4, "graded")
+    assert testing.assert_model_converges(_Mean(), f, graded) > 1.6
+    with pytest.raises(AssertionError, match="fitted order"):
+        testing.assert_model_converges(_Mean(weighted=False), f, graded)
+
+
+def test_batched_equals_separate_catches_a_model_that_mixes_graphs():
+    from torch_geometric.data import Data
+
+    samples = [Data(x=torch.rand(n, 1, dtype=torch.float64), pos=torch.rand(n, 2, dtype=torch.float64),
+                    weight=torch.rand(n, dtype=torch.float64) + 0.1) for n in (4, 7)]
+    with pytest.raises(AssertionError, match="batch vs alone"):
+        testing.assert_batched_equals_separate(_Mean(use_batch=False), samples)

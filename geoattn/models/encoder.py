@@ -61,6 +61,17 @@ class CoordinateFeatures(nn.Module):
         else:
             self.register_buffer("frequencies", b)
 
+    @classmethod
+    def of(cls, in_channels: int, dim: int, options: dict | None = None) -> CoordinateFeatures:
+        """The features a model's ``coordinate_features`` argument asks for: ``None`` for none,
+        or a dict of this class's keywords (``num_features``, ``scale``, ``learned``)."""
+        options = dict(options or {})
+        unknown = set(options) - {"num_features", "scale", "learned"}
+        if unknown:
+            raise ValueError(f"unknown coordinate_features keys {sorted(unknown)}; "
+                             "allowed: num_features, scale, learned")
+        return cls(in_channels, dim, **options)
+
     def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         if self.frequencies is None:
             return torch.cat([x, pos], dim=-1)
@@ -72,14 +83,18 @@ class CoordinateFeatures(nn.Module):
 
 
 class EncoderBlock(nn.Module):
-    """Post-LayerNorm encoder block around a mixing layer :math:`\\mathcal{A}`:
+    """Residual encoder block around a mixing layer :math:`\\mathcal{A}`, post-LayerNorm (the
+    default, as the TNO and Galerkin Transformer papers)
 
     .. math::
         h \\leftarrow \\operatorname{LN}\\big(h + \\mathcal{A}(h)\\big), \\qquad
         h \\leftarrow \\operatorname{LN}\\big(h + F(h)\\big),
 
-    with :math:`F` a pointwise feed-forward network. LayerNorm acts on the channels of each node,
-    so the only sums over nodes are the quadratures inside :math:`\\mathcal{A}`.
+    or pre-LayerNorm (``prenorm=True``, as Transolver)
+    :math:`h \\leftarrow h + \\mathcal{A}(\\operatorname{LN}(h))`,
+    :math:`h \\leftarrow h + F(\\operatorname{LN}(h))`, with :math:`F` a pointwise feed-forward
+    network. LayerNorm acts on the channels of each node, so the only sums over nodes are the
+    quadratures inside :math:`\\mathcal{A}`.
 
     Args:
         mixer: a layer with ``forward(x, pos, weight, batch=None, *, ...)`` (attention, integral
@@ -87,22 +102,30 @@ class EncoderBlock(nn.Module):
             are passed on to it.
         width: channel width ``C``.
         ff_mult: hidden size of :math:`F` as a multiple of ``C`` (default ``2``).
+        prenorm: normalise before the mixer and the feed-forward network (default ``False``).
 
     Shapes:
         - ``x [N, C]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` to ``[N, C]``.
     """
 
-    def __init__(self, mixer: nn.Module, width: int, ff_mult: int = 2):
+    def __init__(self, mixer: nn.Module, width: int, ff_mult: int = 2, prenorm: bool = False):
         super().__init__()
         self.mixer = mixer
         self.norm1 = nn.LayerNorm(width)
         self.ff = PointwiseMLP(width, ff_mult * width, width)
         self.norm2 = nn.LayerNorm(width)
+        self.prenorm = prenorm
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
                 batch: torch.Tensor | None = None, **structure) -> torch.Tensor:
+        if self.prenorm:
+            x = x + self.mixer(self.norm1(x), pos, weight, batch, **structure)
+            return x + self.ff(self.norm2(x))
         x = self.norm1(x + self.mixer(x, pos, weight, batch, **structure))
         return self.norm2(x + self.ff(x))
+
+    def extra_repr(self) -> str:
+        return "prenorm=True" if self.prenorm else ""
 
 
 DECODERS = ("pointwise", "cross")

@@ -43,10 +43,8 @@ class MeshFNO(NeuralOperator, name="mesh_fno"):
         depth: number of Fourier blocks (default ``4``).
         modes: Fourier modes :math:`K` per dimension, int or one per dimension (default ``4``).
         padding: fraction of the box added past the nodes on every axis (default ``0.25``).
-        fourier_features: random Fourier features of the coordinates added to the lift's input
-            (default ``0``: none; :class:`~geoattn.models.encoder.CoordinateFeatures`).
-        fourier_scale: their frequency scale :math:`\sigma` (default ``1.0``).
-        learned_features: train the frequencies (default ``False``).
+        coordinate_features: Fourier features of the coordinates in the lift, as the keywords of
+            :class:`~geoattn.models.encoder.CoordinateFeatures` (default ``None``: none).
 
     Shapes:
         - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional).
@@ -54,14 +52,13 @@ class MeshFNO(NeuralOperator, name="mesh_fno"):
     """
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 32,
-                 depth: int = 4, modes: int | Sequence[int] = 4, padding: float = 0.25, fourier_features: int = 0,
-                 fourier_scale: float = 1.0, learned_features: bool = False):
+                 depth: int = 4, modes: int | Sequence[int] = 4, padding: float = 0.25,
+                 coordinate_features: dict | None = None):
         super().__init__()
         if depth < 1:
             raise ValueError(f"depth must be at least 1, got {depth}")
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
-        self.inputs = CoordinateFeatures(in_channels, dim, fourier_features, fourier_scale,
-                                         learned_features)
+        self.inputs = CoordinateFeatures.of(in_channels, dim, coordinate_features)
         self.lift = PointwiseMLP(self.inputs.out_features, 2 * width, width)
         self.spectral = nn.ModuleList(SpectralIntegral(width, width, modes, dim, padding=padding)
                                       for _ in range(depth))

@@ -36,10 +36,8 @@ class GalerkinTransformer(EncoderOperator, name="galerkin"):
         num_heads: attention heads (default ``4``).
         ff_mult: feed-forward hidden size as a multiple of ``width`` (default ``2``).
         attention: ``"galerkin"`` (default) or ``"fourier"``.
-        fourier_features: random Fourier features of the coordinates added to the lift's input
-            (default ``0``: none; :class:`~geoattn.models.encoder.CoordinateFeatures`).
-        fourier_scale: their frequency scale :math:`\\sigma` (default ``1.0``).
-        learned_features: train the frequencies (default ``False``).
+        coordinate_features: Fourier features of the coordinates in the lift, as the keywords of
+            :class:`~geoattn.models.encoder.CoordinateFeatures` (default ``None``: none).
 
     Shapes:
         - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional).
@@ -47,15 +45,14 @@ class GalerkinTransformer(EncoderOperator, name="galerkin"):
     """
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
-                 depth: int = 3, num_heads: int = 4, ff_mult: int = 2, attention: str = "galerkin", fourier_features: int = 0,
-                 fourier_scale: float = 1.0, learned_features: bool = False):
+                 depth: int = 3, num_heads: int = 4, ff_mult: int = 2, attention: str = "galerkin",
+                 coordinate_features: dict | None = None):
         super().__init__()
         if attention not in _ATTENTION:
             raise ValueError(f"attention must be one of {sorted(_ATTENTION)}, got {attention!r}")
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
         layer = _ATTENTION[attention]
-        self.inputs = CoordinateFeatures(in_channels, dim, fourier_features, fourier_scale,
-                                         learned_features)
+        self.inputs = CoordinateFeatures.of(in_channels, dim, coordinate_features)
         self.lift = PointwiseMLP(self.inputs.out_features, width, width)
         self.blocks = nn.ModuleList(
             EncoderBlock(layer(width, num_heads=num_heads, dim=dim), width, ff_mult) for _ in range(depth))

@@ -33,10 +33,8 @@ class GNO(NeuralOperator, name="gno"):
         depth: number of kernel-integral layers (default ``3``).
         radius: ball radius :math:`r` (default ``0.25``).
         kernel_width: hidden width of the kernel networks (default ``32``).
-        fourier_features: random Fourier features of the coordinates added to the lift's input
-            (default ``0``: none; :class:`~geoattn.models.encoder.CoordinateFeatures`).
-        fourier_scale: their frequency scale :math:`\\sigma` (default ``1.0``).
-        learned_features: train the frequencies (default ``False``).
+        coordinate_features: Fourier features of the coordinates in the lift, as the keywords of
+            :class:`~geoattn.models.encoder.CoordinateFeatures` (default ``None``: none).
 
     Shapes:
         - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional).
@@ -44,13 +42,12 @@ class GNO(NeuralOperator, name="gno"):
     """
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 16,
-                 depth: int = 3, radius: float = 0.25, kernel_width: int = 32, fourier_features: int = 0,
-                 fourier_scale: float = 1.0, learned_features: bool = False):
+                 depth: int = 3, radius: float = 0.25, kernel_width: int = 32,
+                 coordinate_features: dict | None = None):
         super().__init__()
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
         self.radius = radius
-        self.inputs = CoordinateFeatures(in_channels, dim, fourier_features, fourier_scale,
-                                         learned_features)
+        self.inputs = CoordinateFeatures.of(in_channels, dim, coordinate_features)
         self.lift = PointwiseMLP(self.inputs.out_features, width, width)
         self.kernels = nn.ModuleList(
             GraphKernelIntegral(width, width, dim, feature_channels=in_channels,

@@ -136,8 +136,8 @@ class PatchedOperator(EncoderOperator):
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
                  depth: int = 3, num_heads: int = 4, ff_mult: int = 2, num_patches: int = 16,
                  modes: int = 4, partition_method: str = "rcb", final_modes: int | None = None,
-                 decoder: str = "pointwise", smoothing_eps: float | None = None, fourier_features: int = 0,
-                 fourier_scale: float = 1.0, learned_features: bool = False):
+                 decoder: str = "pointwise", smoothing_eps: float | None = None,
+                 coordinate_features: dict | None = None):
         super().__init__()
         if partition_method not in ("rcb", "metis"):
             raise ValueError(f"partition_method must be 'rcb' or 'metis', got {partition_method!r}")
@@ -150,8 +150,7 @@ class PatchedOperator(EncoderOperator):
         self.decoder = self.check_decoder(decoder)
         self.modes = modes
         self._warned_resolution = False
-        self.inputs = CoordinateFeatures(in_channels, dim, fourier_features, fourier_scale,
-                                         learned_features)
+        self.inputs = CoordinateFeatures.of(in_channels, dim, coordinate_features)
         if self.spectral_lift:
             self.lift = PatchMixer(PatchSpectralIntegral(self.inputs.out_features, width, modes, dim))
         else:
@@ -272,10 +271,8 @@ _ARGS = r"""
         final_modes: modes of the residual spectral layer :math:`z + W_S z` on the whole domain
             (default ``None``: no such layer).
         decoder: ``"pointwise"`` (default) or ``"cross"`` (answers on a query mesh too).
-        fourier_features: random Fourier features of the coordinates added to the lift's input
-            (default ``0``: none; :class:`~geoattn.models.encoder.CoordinateFeatures`).
-        fourier_scale: their frequency scale :math:`\sigma` (default ``1.0``).
-        learned_features: train the frequencies (default ``False``).
+        coordinate_features: Fourier features of the coordinates in the lift, as the keywords of
+            :class:`~geoattn.models.encoder.CoordinateFeatures` (default ``None``: none).
         smoothing_eps: :math:`\varepsilon` of the smoothing last layer in place of the residual
             spectral layer (default ``None``: none; the paper uses ``1e-3``).
 

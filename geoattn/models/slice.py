@@ -7,28 +7,7 @@ from torch import nn
 
 from ..nn.slice_attention import SliceAttention
 from .base import NeuralOperator
-from .encoder import CoordinateFeatures, PointwiseMLP
-
-
-class PreNormBlock(nn.Module):
-    """Pre-LayerNorm residual block, :math:`h \\leftarrow h + A(\\operatorname{LN}(h))`,
-    :math:`h \\leftarrow h + F(\\operatorname{LN}(h))`, around a mixing layer :math:`A`.
-
-    Shapes:
-        - ``x [N, C]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` to ``[N, C]``.
-    """
-
-    def __init__(self, mixer: nn.Module, width: int, ff_mult: int = 2):
-        super().__init__()
-        self.mixer = mixer
-        self.norm1 = nn.LayerNorm(width)
-        self.norm2 = nn.LayerNorm(width)
-        self.ff = PointwiseMLP(width, ff_mult * width, width)
-
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                batch: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.mixer(self.norm1(x), pos, weight, batch)
-        return x + self.ff(self.norm2(x))
+from .encoder import CoordinateFeatures, EncoderBlock, PointwiseMLP
 
 
 class SliceTransformer(NeuralOperator, name="slice"):
@@ -56,10 +35,8 @@ class SliceTransformer(NeuralOperator, name="slice"):
         num_slices: slices per head :math:`G` (default ``32``).
         ff_mult: feed-forward hidden size as a multiple of ``width`` (default ``2``).
         dropout: dropout on the slice attention (default ``0.0``).
-        fourier_features: random Fourier features of the coordinates added to the lift's input
-            (default ``0``: none; :class:`~geoattn.models.encoder.CoordinateFeatures`).
-        fourier_scale: their frequency scale :math:`\sigma` (default ``1.0``).
-        learned_features: train the frequencies (default ``False``).
+        coordinate_features: Fourier features of the coordinates in the lift, as the keywords of
+            :class:`~geoattn.models.encoder.CoordinateFeatures` (default ``None``: none).
 
     Shapes:
         - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional).
@@ -68,16 +45,15 @@ class SliceTransformer(NeuralOperator, name="slice"):
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
                  depth: int = 3, num_heads: int = 4, num_slices: int = 32, ff_mult: int = 2,
-                 dropout: float = 0.0, fourier_features: int = 0,
-                 fourier_scale: float = 1.0, learned_features: bool = False):
+                 dropout: float = 0.0,
+                 coordinate_features: dict | None = None):
         super().__init__()
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
-        self.inputs = CoordinateFeatures(in_channels, dim, fourier_features, fourier_scale,
-                                         learned_features)
+        self.inputs = CoordinateFeatures.of(in_channels, dim, coordinate_features)
         self.lift = PointwiseMLP(self.inputs.out_features, 2 * width, width)
         self.blocks = nn.ModuleList(
-            PreNormBlock(SliceAttention(width, num_heads=num_heads, num_slices=num_slices,
-                                        dropout=dropout), width, ff_mult)
+            EncoderBlock(SliceAttention(width, num_heads=num_heads, num_slices=num_slices,
+                                        dropout=dropout), width, ff_mult, prenorm=True)
             for _ in range(depth))
         self.project = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, out_channels))
 

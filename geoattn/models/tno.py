@@ -43,10 +43,8 @@ class TNO(EncoderOperator, name="tno"):
         ff_mult: feed-forward hidden size as a multiple of ``width`` (default ``2``).
         dropout: attention dropout (default ``0.0``).
         decoder: ``"pointwise"`` (default) or ``"cross"``.
-        fourier_features: random Fourier features of the coordinates added to the lift's input
-            (default ``0``: none; :class:`~geoattn.models.encoder.CoordinateFeatures`).
-        fourier_scale: their frequency scale :math:`\\sigma` (default ``1.0``).
-        learned_features: train the frequencies (default ``False``).
+        coordinate_features: Fourier features of the coordinates in the lift, as the keywords of
+            :class:`~geoattn.models.encoder.CoordinateFeatures` (default ``None``: none).
 
     Shapes:
         - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional),
@@ -56,13 +54,12 @@ class TNO(EncoderOperator, name="tno"):
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
                  depth: int = 3, num_heads: int = 4, ff_mult: int = 2, dropout: float = 0.0,
-                 decoder: str = "pointwise", fourier_features: int = 0,
-                 fourier_scale: float = 1.0, learned_features: bool = False):
+                 decoder: str = "pointwise",
+                 coordinate_features: dict | None = None):
         super().__init__()
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
         self.decoder = self.check_decoder(decoder)
-        self.inputs = CoordinateFeatures(in_channels, dim, fourier_features, fourier_scale,
-                                         learned_features)
+        self.inputs = CoordinateFeatures.of(in_channels, dim, coordinate_features)
         self.lift = PointwiseMLP(self.inputs.out_features, width, width)
         self.blocks = nn.ModuleList(
             EncoderBlock(ContinuumAttention(width, num_heads=num_heads, dropout=dropout), width, ff_mult)

@@ -71,6 +71,9 @@ def test_coordinate_features_are_fourier_features_of_the_position():
     assert torch.equal(CoordinateFeatures(1, 2)(x, pos), torch.cat([x, pos], 1))
     with pytest.raises(ValueError):
         CoordinateFeatures(1, 2, num_features=-1)
+    with pytest.raises(ValueError, match="unknown coordinate_features keys"):
+        CoordinateFeatures.of(1, 2, {"features": 3})
+    assert CoordinateFeatures.of(1, 2, None).frequencies is None
 
 
 SMALL = {"tno": {}, "galerkin": {}, "gno": {"radius": 0.5}, "slice": {"num_slices": 4},
@@ -85,7 +88,7 @@ def test_every_model_takes_fourier_features_in_its_lift(name):
     torch.manual_seed(0)
     plain = build_model(name, **kw)
     assert not any("frequencies" in k for k in plain.state_dict())  # old checkpoints still load
-    model = build_model(name, fourier_features=4, fourier_scale=3.0, **kw)
+    model = build_model(name, coordinate_features={"num_features": 4, "scale": 3.0}, **kw)
     assert model.state_dict()["inputs.frequencies"].shape == (4, 2)
     x, pos, w = torch.rand(30, 1), torch.rand(30, 2), torch.full((30,), 1 / 30)
     out = model(x, pos, w)

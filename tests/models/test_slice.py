@@ -1,18 +1,11 @@
 """The slice transformer: mesh-refinement convergence, batching, and a trained model transferring."""
 
 import torch
-from torch_geometric.data import Batch
+from conftest import smooth_input
 
-from geoattn.data import darcy_samples
-from geoattn.eval import cross_mesh_report
-from geoattn.mesh import families, from_meshio
-from geoattn.models import SliceTransformer, build_model
-from geoattn.testing import convergence_rate
-from geoattn.train import NormalizedOperator, Trainer
-
-
-def _f(pos):
-    return torch.stack([torch.sin(2 * pos[:, 0]) * torch.cos(pos[:, 1]), pos[:, 0] * pos[:, 1]], 1)
+from geoattn import testing
+from geoattn.mesh import families
+from geoattn.models import SliceTransformer
 
 
 def _model():
@@ -20,44 +13,19 @@ def _model():
     return SliceTransformer(2, 1, width=16, depth=2, num_heads=2, num_slices=8).double().eval()
 
 
-@torch.no_grad()
 def test_untrained_model_converges_under_refinement_of_graded_mesh():
-    mesh = families.unit_square(4, "graded")
-    levels = [from_meshio(families.refine(mesh, t) if t else mesh, dtype=torch.float64) for t in range(4)]
-    model = _model()
-    outs = [model(_f(d.pos), d.pos, d.weight) for d in levels]
-    n = levels[0].num_nodes
-    errors = [float((o[:n] - outs[-1][:n]).abs().max()) for o in outs[:-1]]
-    assert convergence_rate([1, 0.5, 0.25], errors) > 1.6, errors
+    testing.assert_model_converges(_model(), smooth_input, families.unit_square(4, "graded"))
 
 
-@torch.no_grad()
-def test_batched_equals_separate_and_hparams_rebuild():
-    mesh = families.unit_square(4, "irregular", seed=1)
-    data = [from_meshio(m, dtype=torch.float64) for m in (mesh, families.refine(mesh, 1))]
-    for d in data:
-        d.x = _f(d.pos)
-    model = _model()
-    b = Batch.from_data_list(data)
-    sep = torch.cat([model(d.x, d.pos, d.weight) for d in data])
-    assert torch.allclose(model(b.x, b.pos, b.weight, b.batch), sep, atol=1e-12)
-    again = build_model("slice", **model.hparams).double()
-    again.load_state_dict(model.state_dict())
-    assert torch.equal(again(data[0].x, data[0].pos, data[0].weight), model(data[0].x, data[0].pos, data[0].weight))
+def test_batched_equals_separate_and_hparams_rebuild(two_meshes):
+    testing.assert_batched_equals_separate(_model(), two_meshes)
 
 
-def test_trained_model_keeps_its_error_on_refined_and_graded_meshes():
+def test_trained_model_keeps_its_error_on_refined_and_graded_meshes(darcy_transfer):
     """Regression: trained briefly on one irregular mesh, the model's error on a refined and on a
     graded mesh of the same continuum samples stays within 25 % of its training-mesh error."""
-    meshes = {"train": families.unit_square(12, "irregular", seed=1)}
-    meshes["refined"] = families.refine(meshes["train"], 1)
-    meshes["graded"] = families.unit_square(24, "graded")
-    train = darcy_samples({"train": meshes["train"]}, 48, seed=0, family="lognormal")["train"]
-    test = darcy_samples(meshes, 6, seed=0, family="lognormal", start=48)
     torch.manual_seed(0)
-    op = NormalizedOperator(SliceTransformer(1, 1, width=24, depth=2, num_heads=2, num_slices=16))
-    Trainer(op, epochs=12, batch_size=4, lr=3e-3, progress=False).fit(train)
-    report = cross_mesh_report({"slice": op}, test)
-    assert report.mean("slice", "train") < 0.15, report.table()
+    report = darcy_transfer(SliceTransformer(1, 1, width=24, depth=2, num_heads=2, num_slices=16))
+    assert report.mean("model", "train") < 0.15, report.table()
     for mesh in ("refined", "graded"):
-        assert report.ratio("slice", mesh) < 1.25, report.table()
+        assert report.ratio("model", mesh) < 1.25, report.table()
