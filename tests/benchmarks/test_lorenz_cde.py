@@ -1,0 +1,79 @@
+"""``benchmarks/lorenz_cde.py`` on a tiny setting (the full run is a benchmark)."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from geoattn.data.odes import nonuniform_grid, ode_samples
+from geoattn.train import relative_l2
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "lorenz_cde.py"
+
+
+@pytest.fixture(scope="module")
+def lc():
+    spec = importlib.util.spec_from_file_location("lorenz_cde", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(lc, tmp_path_factory):
+    """``main`` on every experiment at the tiny scale: (returned results, folder, printed text)."""
+    folder = tmp_path_factory.mktemp("lorenz_cde")
+    threads = torch.get_num_threads()
+    try:
+        results = lc.main(["--experiment", "all", "--scale", "tiny", "--device", "cpu", "--seed", "1",
+                           "--no-progress", "--out", str(folder / "r.json"), "--figure", str(folder / "fig")])
+    finally:
+        torch.set_num_threads(threads)  # main sets one thread for the benchmark
+    return results, folder
+
+
+def test_grids_and_scales_are_the_papers(lc):
+    g = lc.grids()
+    assert {k: len(v) for k, v in g.items()} == {
+        "uniform": 201, "nonuniform": 151, "dt=0.005": 401, "dt=0.0075": 268, "dt=0.015": 135, "dt=0.02": 101}
+    assert all(v[0] == 0.0 and v[-1] == 2.0 for v in g.values())
+    gpu = lc.SCALES["gpu"]
+    assert (gpu.n_train, gpu.n_test, gpu.width, gpu.depth) == (8000, 1000, 128, 6)
+
+
+def test_tiny_run_writes_results_tables_and_figures(lc, tiny_run, capsys):
+    results, folder = tiny_run
+    saved = json.loads((folder / "r.json").read_text())["results"]
+    assert set(results) == set(saved) == {"lorenz1", "lorenz2", "cde"}
+    for name, res in saved.items():
+        assert (folder / f"fig_{name}.png").stat().st_size > 10_000
+        for model in ("weighted", "node_average"):
+            errors = res["models"][model]["errors"]
+            assert set(errors) == set(lc.grids())
+            assert all(np.isfinite(e["median"]) and 0 < e["median"] <= e["max"] for e in errors.values())
+        w = res["models"]["weighted"]["errors"]
+        assert res["ratio"] == pytest.approx(w["nonuniform"]["median"] / w["uniform"]["median"])
+        assert res["target_met"] == (res["ratio"] <= lc.TARGET_RATIO)
+    table = lc.markdown("lorenz2", results["lorenz2"], lc.SCALES["tiny"])
+    assert "2.74e-02 / 6.30e-02" in table and "target <= 1.25" in table
+    assert "8.73e-03 / 8.72e-02" in lc.markdown("lorenz1", results["lorenz1"], lc.SCALES["tiny"])
+
+
+def test_example_is_the_weighted_models_prediction_on_the_median_sample(tiny_run):
+    """The figure's curves are the trained model's output on the stored test sample: its relative
+    L2 error recomputed from them is the median error of the table (torch.median: the lower middle
+    one of an even count)."""
+    for name in ("lorenz2", "cde"):
+        res = tiny_run[0][name]
+        ex = res["example"]
+        data = ode_samples(name, {"n": nonuniform_grid()}, 1, 1, start=ex["index"])["n"][0]
+        np.testing.assert_allclose(np.array(ex["true"]), data.y.numpy())
+        np.testing.assert_allclose(np.array(ex["t"]), data.pos[:, 0].numpy())
+        err = relative_l2(torch.tensor(ex["weighted"]), data.y, data.weight)
+        assert float(err) == pytest.approx(res["models"]["weighted"]["errors"]["nonuniform"]["median"], rel=1e-5)
