@@ -171,7 +171,7 @@ class Trajectory:
         self.solution, self.horizon = solution, float(horizon)
         self.initial, self.names = np.asarray(initial, dtype=float), tuple(names)
 
-    def times(self, times) -> np.ndarray:
+    def _times(self, times) -> np.ndarray:
         """``times`` as a float64 array ``[N]``, or a :class:`ValueError` if one is not finite or
         lies outside ``[0, horizon]``."""
         t = np.asarray(times.detach().cpu() if isinstance(times, torch.Tensor) else times, dtype=float)
@@ -183,7 +183,7 @@ class Trajectory:
         return t
 
     def __call__(self, times) -> np.ndarray:
-        return self.solution(self.times(times)).T  # [N, C]
+        return self.solution(self._times(times)).T  # [N, C]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(horizon={self.horizon}, names={self.names})"
@@ -262,7 +262,7 @@ class ControlTrajectory(Trajectory):
         return np.sin(np.pi * np.outer(t, self.eta)) @ self.xi
 
     def __call__(self, times) -> np.ndarray:
-        t = self.times(times)
+        t = self._times(times)
         return np.stack([self.control(t), self.solution(t).reshape(-1)], 1)
 
 

@@ -52,7 +52,6 @@ def test_lorenz_matches_an_independent_rk4_and_converges_with_the_tolerance():
 def test_controlled_ode_closed_form_and_integrator():
     """dz = sin(z) du has z(t) = 2 arctan(tan(z0/2) exp(u(t) - u(0))): checked first to solve the
     ODE (finite differences), then used as the exact solution for the integrator."""
-    problem = ControlledODE()
     for index, z0 in ((0, 1.0), (1, 1.0), (2, 2.5), (3, 0.2)):
         problem = ControlledODE(z0=z0)
         trajectory = problem.sample(7, index)
