@@ -66,13 +66,11 @@ import numpy as np
 import torch
 from scipy.sparse import coo_matrix
 from scipy.spatial import Delaunay
-from torch import nn
 
 from geoattn.data.darcy import darcy_samples
 from geoattn.data.grf import preset
 from geoattn.eval import cross_mesh_report
 from geoattn.mesh import families
-from geoattn.mesh.partition import partition
 from geoattn.models import MODELS, NeuralOperator, build_model
 from geoattn.nn.spectral import resolved_modes
 from geoattn.train import NormalizedOperator, Trainer
@@ -389,16 +387,17 @@ class MeshGINO(_MeshAdapter):
 # the benchmark
 
 def patch_resolution(mesh_n: int, domain: str = "square") -> dict[str, int]:
-    """Patches and modes of the patched models (ViT-NO, FANO) that the training mesh resolves: the
-    most patches of 16, 4 or 1 whose nodes (``N / P`` each) resolve at least one mode, and the
-    modes they resolve (:func:`geoattn.nn.spectral.resolved_modes`). With more modes than a
-    patch's nodes resolve, the patch coefficients are aliased on the training mesh and the
+    """Patches and modes of the patched models (ViT-NO, FANO): the most patches of 64, 16, 4 or 1
+    (the paper's order is 16 and more) that hold at least 9 nodes each, and the Fourier modes
+    those nodes resolve (:func:`geoattn.nn.spectral.resolved_modes`; 0 keeps only each patch's
+    mean). Patch attention moves values between patches by interpolation at full resolution; only
+    the Fourier parts (ViT-NO's lift, FANO's Q, K, V) are limited by the modes, and with more modes
+    than a patch's nodes resolve their coefficients are aliased on the training mesh and the
     trained models do not transfer."""
     nodes = len(benchmark_meshes(mesh_n, domain)["train"].points)
-    for parts in (16, 4, 1):
-        modes = resolved_modes(nodes / parts, 2)
-        if modes >= 1 or parts == 1:
-            return {"num_patches": parts, "modes": modes}
+    for parts in (64, 16, 4, 1):
+        if nodes / parts >= 9 or parts == 1:
+            return {"num_patches": parts, "modes": resolved_modes(nodes / parts, 2)}
 
 
 def mesh_fno_modes(mesh_n: int, domain: str = "square", most: int | None = None) -> int:
@@ -443,25 +442,6 @@ def model_factories(scale: Scale, names: list[str] | None = None, domain: str = 
             raise ValueError(f"models {sorted(missing)} are not available; choose from {sorted(out)}")
         out = {k: v for k, v in out.items() if k in names}
     return out
-
-
-class PartitionedOperator(NormalizedOperator):
-    """A patched model (ViT-NO, FANO) with one partition, made on the training mesh, passed to
-    every call: the same subdomains on every mesh (the models' documented cross-mesh use)."""
-
-    def __init__(self, model: NeuralOperator, part):
-        super().__init__(model)
-        self.part = part
-
-    def forward(self, x, pos, weight, batch=None):
-        return super().forward(x, pos, weight, batch, partition=self.part)
-
-
-def _operator(model: NeuralOperator, mesh) -> NormalizedOperator:
-    if "partition" not in inspect.signature(model.forward).parameters:
-        return NormalizedOperator(model)
-    part = partition(mesh.pos, mesh.weight, model.num_patches, method=model.partition_method)
-    return PartitionedOperator(model, part)
 
 
 class PeakMemory:
@@ -540,7 +520,7 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
     rows, operators = {}, {}
     for name, make in model_factories(scale, names, domain).items():
         torch.manual_seed(seed)
-        op = _operator(make(), train[0]).to(device)
+        op = NormalizedOperator(make()).to(device)  # patched models: the trainer fits the partition
         epochs = scale.epochs if scale.seconds is None else budget_epochs(op, train, scale, seed)
         trainer = Trainer(op, epochs=epochs, batch_size=scale.batch_size, lr=scale.lr,
                           seed=seed, progress=False)

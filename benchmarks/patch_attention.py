@@ -1,40 +1,75 @@
 """Cost of PatchAttention against the number of patches, at a fixed number of nodes.
 
-Patched attention costs ``O(N M C)`` for the patch transforms plus ``O(P^2 M C)`` for the
-softmax over patches (``M = (2K+1)^d`` modes), against ``O(N^2 C)`` for attention over nodes.
-Reports forward (and forward+backward) time per patch count, as JSON.
+Patched attention reads every patch's value function at every other patch's nodes by
+interpolation (``geoattn.nn.patch_pairs``): ``O(N P C)``, the paper's cost, plus the stencils
+(one Delaunay triangulation and ``N P`` point locations per mesh and partition, built once and
+reported separately). Earlier versions represented every patch by ``M = (2K+1)^d`` Fourier
+coefficients, ``O(N M C + P^2 M C)``, and truncated the value path. Reports forward and
+forward+backward time per patch count (best of ``--repeat``, wall and CPU seconds), as JSON.
+
+``--source DIR`` runs the same measurement on another checkout of the package (for example the
+version before the interpolated value path: ``git worktree add /tmp/old <commit>``), so the two
+versions are compared by one script on the same data.
 
 Usage::
 
-    python benchmarks/patch_attention.py [--nodes 20000] [--parts 4 16 64 256] [--device cpu]
+    python benchmarks/patch_attention.py [--nodes 20000] [--parts 16 64 256] [--threads 1]
+    python benchmarks/patch_attention.py --source /tmp/old
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 
-import torch
 
-from geoattn.mesh import partition
-from geoattn.nn import PatchAttention
-from timing import best_time
+def _best(fn, repeat: int, sync) -> tuple[float, float]:
+    """Fastest wall and CPU seconds of ``repeat`` calls after one warm-up call."""
+    fn()
+    sync()
+    wall, cpu = [], []
+    for _ in range(repeat):
+        w, c = time.perf_counter(), time.process_time()
+        fn()
+        sync()
+        wall.append(time.perf_counter() - w)
+        cpu.append(time.process_time() - c)
+    return min(wall), min(cpu)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=20_000)
-    parser.add_argument("--parts", type=int, nargs="+", default=[4, 16, 64, 256])
+    parser.add_argument("--parts", type=int, nargs="+", default=[16, 64, 256])
     parser.add_argument("--channels", type=int, default=32)
     parser.add_argument("--num-heads", type=int, default=4)
     parser.add_argument("--modes", type=int, default=3)
     parser.add_argument("--spectral-qkv", action="store_true")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--source", help="folder holding another version of the geoattn package")
     args = parser.parse_args(argv)
+    if args.source:
+        sys.path.insert(0, args.source)
+    import torch
+
+    from geoattn.mesh import partition
+    from geoattn.nn import PatchAttention
+
+    try:
+        from geoattn.nn.patch_pairs import patch_pairs
+    except ImportError:  # a version before the interpolated value path
+        patch_pairs = None
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
     gen = torch.Generator().manual_seed(0)
     pos = torch.rand(args.nodes, 2, generator=gen)
     weight = torch.full((args.nodes,), 1.0 / args.nodes)
@@ -45,16 +80,21 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for p in args.parts:
         part = partition(pos, weight, p, method="rcb")
         xd, posd, wd, patch = (t.to(device) for t in (x, pos, weight, part.assignment))
+        kw = dict(patch=patch, patch_length=part.length)
+        stencils = None
+        if patch_pairs is not None:
+            tic = time.perf_counter()
+            kw["pairs"] = patch_pairs(posd, wd, patch, p)
+            stencils = time.perf_counter() - tic
         with torch.no_grad():
-            fwd = best_time(lambda: layer(xd, posd, wd, patch=patch, patch_length=part.length),
-                            device, args.repeat)
+            fwd = _best(lambda: layer(xd, posd, wd, **kw), args.repeat, sync)
         xg = xd.clone().requires_grad_(True)
-        both = best_time(lambda: layer(xg, posd, wd, patch=patch,
-                                       patch_length=part.length).sum().backward(),
-                         device, args.repeat)
-        rows.append({"nodes": args.nodes, "parts": p, "modes": (2 * args.modes + 1) ** 2,
-                     "forward_s": fwd, "forward_backward_s": both})
-    print(json.dumps(rows, indent=2))
+        both = _best(lambda: layer(xg, posd, wd, **kw).sum().backward(), args.repeat, sync)
+        rows.append({"version": "source" if args.source else "this",
+                     "nodes": args.nodes, "parts": p, "threads": args.threads,
+                     "stencils_s": stencils, "forward_s": fwd[0], "forward_cpu_s": fwd[1],
+                     "forward_backward_s": both[0], "forward_backward_cpu_s": both[1]})
+        print(json.dumps(rows[-1]), flush=True)
     return rows
 
 

@@ -95,6 +95,61 @@ class Partition:
             out = self.assignment.cpu().numpy()[nearest]
         return torch.from_numpy(out).to(pos.device)
 
+    def state(self) -> dict[str, torch.Tensor]:
+        """The partition as integer tensors (floats stored bit-exactly as ``int64``, so that no
+        dtype cast of a module's buffers changes them), for :meth:`from_state` and checkpoints.
+
+        Keys: ``meta`` (``[num_parts, method, length]``), ``cuts`` (RCB: one row
+        ``[axis, value, left, right]`` per cut, children ``>= 0`` are cuts and ``< 0`` are parts
+        ``-1 - child``), ``seeds`` (METIS: the nodes the partition was made on, ``[M, d]``),
+        ``seed_patch`` (their patches ``[M]``).
+        """
+        cuts: list[list[float]] = []
+
+        def flatten(node) -> int:
+            if not isinstance(node, _Cut):
+                return -1 - int(node)
+            row = len(cuts)
+            cuts.append([node.axis, node.value, 0, 0])
+            cuts[row][2], cuts[row][3] = flatten(node.left), flatten(node.right)
+            return row
+
+        if self._tree is not None:
+            flatten(self._tree)
+        table = np.asarray(cuts, dtype=np.float64).reshape(-1, 4)
+        bits = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64)).view(torch.int64)  # noqa: E731
+        seeds = self._source if self._source is not None else np.zeros((0, 0))
+        seed_patch = self.assignment.cpu() if self._source is not None else torch.zeros(0, dtype=torch.long)
+        length_bits = int(bits(np.array([self.length]))[0])
+        return {"meta": torch.tensor([self.num_parts, METHODS.index(self.method), length_bits]),
+                "cuts": bits(table), "seeds": bits(seeds), "seed_patch": seed_patch.long()}
+
+    @classmethod
+    def from_state(cls, state: dict[str, torch.Tensor]) -> "Partition":
+        """The partition saved by :meth:`state` (its ``assignment`` is that of the METIS seed nodes,
+        and empty for RCB)."""
+        meta = state["meta"].cpu()
+        num_parts, method = int(meta[0]), METHODS[int(meta[1])]
+        length = float(meta[2:3].view(torch.float64)[0])
+        table = state["cuts"].cpu().view(torch.float64).numpy()
+
+        def build(child: int):
+            if child < 0:
+                return -1 - child
+            axis, value, left, right = table[child]
+            return _Cut(int(axis), float(value), build(int(left)), build(int(right)))
+
+        tree = build(0) if len(table) else None
+        if method == "rcb" and tree is None:
+            tree = 0  # one part: every node in patch 0
+        source = state["seeds"].cpu().view(torch.float64).numpy() if method == "metis" else None
+        assignment = state["seed_patch"].cpu() if method == "metis" else torch.zeros(0, dtype=torch.long)
+        return cls(assignment, num_parts, length, method, tree, source)
+
+
+#: Partition methods, in the order of their codes in :meth:`Partition.state`.
+METHODS = ("rcb", "metis")
+
 
 def partition(pos: torch.Tensor, weight: torch.Tensor, num_parts: int,
               cells: torch.Tensor | None = None, method: str = "metis", seed: int = 0,

@@ -58,6 +58,15 @@ class NeuralOperator(nn.Module):
 
         cls.__init__ = recording_init
 
+    def fit_mesh(self, pos: torch.Tensor, weight: torch.Tensor, cells: torch.Tensor | None = None) -> None:
+        """Fit the model's mesh-dependent state on the training mesh, once, before training.
+
+        Nothing for most models; the patched models (:class:`~geoattn.models.patched.PatchedOperator`)
+        fit their partition here, which is then part of the model (saved in checkpoints and used on
+        every mesh). :class:`~geoattn.train.Trainer` calls it with the first training sample; a
+        model that already has such state keeps it.
+        """
+
     def check_inputs(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor | None = None) -> None:
         """Raise :class:`~geoattn.errors.DimensionError` / :class:`~geoattn.errors.ChannelError`
         when ``pos`` or ``x`` do not match the dimension and channels the model was built for, and

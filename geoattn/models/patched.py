@@ -5,30 +5,29 @@ patches with :class:`~geoattn.nn.PatchAttention`, and differ only in where the n
 (spectral) map sits: in the lift (:class:`ViTNO`) or in the query, key and value maps of every
 attention layer (:class:`FANO`).
 
-Patches are chosen per forward call:
+The partition is part of the model. :meth:`PatchedOperator.fit_mesh` (called by
+:class:`~geoattn.train.Trainer` and ``geoattn train`` with the first training sample) cuts the
+training mesh into ``num_patches`` parts by ``partition_method`` and stores the partition in
+buffers (RCB cut planes, or METIS seed nodes with nearest-seed assignment), so it is saved in
+checkpoints and the same subdomains are found on every mesh the model is evaluated on
+(:meth:`~geoattn.mesh.Partition.transfer`). A model without a fitted partition cuts every graph on
+the fly (each with its own patch length), and a ``partition`` passed to ``forward`` overrides the
+fitted one.
 
-- ``partition=None`` (the default, what training on batches of samples uses): every graph of the
-  batch is cut into ``num_patches`` parts by the model's ``partition_method`` (RCB by default:
-  deterministic, fast, no dependency). Each graph keeps its own patch length; graphs of different
-  sizes batch exactly as they run alone.
-- ``partition=part`` (a :class:`~geoattn.mesh.Partition` made on one mesh with
-  :func:`~geoattn.mesh.partition.partition`): the same subdomains are found on every mesh of the
-  domain by :meth:`~geoattn.mesh.Partition.transfer`, with one patch length. This is the
-  cross-mesh use: fit the partition on the training mesh and pass it when evaluating on refined,
-  graded or foreign meshes. The number of patches is then ``part.num_parts``.
-
-The learned parameters never depend on the number of patches or of nodes, so both uses run the
-same trained model. They only transfer between meshes when every patch holds enough nodes for its
-``modes``: the patch Fourier coefficients are a quadrature over the nodes of the patch, and with
-too few nodes (fewer than :math:`(2K+1)^d`, or not oversampled) they are mostly aliasing of the
-one mesh, which training fits and no other mesh reproduces. Choose ``modes`` with
-:func:`~geoattn.nn.spectral.resolved_modes` from the nodes per patch of the training mesh; the
-models log a warning once when a patch is under-resolved.
+Patch attention reads every patch's function in every other patch's frame by interpolation
+(:mod:`geoattn.nn.patch_pairs`); the stencils are built once per mesh and partition and cached
+in the model (keyed by the bytes of the mesh), so repeated calls on one mesh do not rebuild them.
+The Fourier parts (ViT-NO's patch lift, FANO's :math:`Q, K, V`) need every patch to hold enough
+nodes for their ``modes``; choose ``modes`` with :func:`~geoattn.nn.spectral.resolved_modes`
+from the nodes per patch of the training mesh; the models log a warning once when a patch is
+under-resolved.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+from collections import OrderedDict
 from typing import NamedTuple
 
 import torch
@@ -37,6 +36,7 @@ from torch import nn
 from ..mesh.partition import Partition, partition as make_partition
 from ..nn.functional import graph_slices
 from ..nn.patch_attention import PatchAttention
+from ..nn.patch_pairs import PatchPairs, patch_pairs
 from ..nn.spectral import PatchSpectralIntegral, SpectralIntegral, SpectralSmoothing, resolved_modes
 from .encoder import CoordinateFeatures, EncoderBlock, EncoderOperator, PointwiseMLP
 
@@ -51,12 +51,15 @@ class PatchIndex(NamedTuple):
 
     - ``patch``: patch of every node within its graph ``[N]``, in ``[0, num_patches)``;
     - ``length``: patch length :math:`L` of every node's graph ``[N]``;
-    - ``num_patches``: patches per graph :math:`P`.
+    - ``num_patches``: patches per graph :math:`P`;
+    - ``pairs``: the :class:`~geoattn.nn.patch_pairs.PatchPairs` of these nodes with the source
+      mesh, for patch attention (default ``None``: the layer builds them).
     """
 
     patch: torch.Tensor
     length: torch.Tensor
     num_patches: int
+    pairs: PatchPairs | None = None
 
 
 class PatchMixer(nn.Module):
@@ -90,6 +93,8 @@ class PatchMixer(nn.Module):
                 patches_query: PatchIndex | None = None) -> torch.Tensor:
         pos, weight = _unit_length(pos, weight, patches)
         kwargs = dict(patch=patches.patch, num_patches=patches.num_patches)
+        if isinstance(self.layer, PatchAttention):
+            kwargs["pairs"] = (patches_query or patches).pairs
         if x_query is not None:
             pos_query, weight_query = _unit_length(pos_query, weight_query, patches_query)
             kwargs.update(x_query=x_query, pos_query=pos_query, weight_query=weight_query,
@@ -120,8 +125,9 @@ class PatchedOperator(EncoderOperator):
     :math:`W_S` on the whole domain (``final_modes``) or the smoothing layer
     :math:`(I - \varepsilon\Delta)^{-\alpha}` (``smoothing_eps``, with :math:`\alpha = 1.001`, on
     ``final_modes`` modes of the bounding box), the two remedies of Remark 21 for the seams between
-    patches. The smoothing layer assumes periodic boundary conditions on the bounding box.
-    Subclasses set ``spectral_lift`` (ViT NO) or ``spectral_qkv`` (FANO).
+    patches. Subclasses set ``spectral_lift`` (ViT NO) or ``spectral_qkv`` (FANO).
+
+    The partition is model state (:meth:`fit_mesh`, :attr:`partition`): see the module docstring.
 
     With ``decoder="cross"`` the output is read on a query mesh :math:`y` (nodes ``pos_query`` with
     weights ``weight_query``, assigned to the same patches) through one patched cross-attention
@@ -132,6 +138,8 @@ class PatchedOperator(EncoderOperator):
 
     spectral_lift: bool = False
     spectral_qkv: bool = False
+    #: Meshes whose patch stencils are kept (:mod:`geoattn.nn.patch_pairs`).
+    cache_size: int = 8
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
                  depth: int = 3, num_heads: int = 4, ff_mult: int = 2, num_patches: int = 16,
@@ -150,9 +158,14 @@ class PatchedOperator(EncoderOperator):
         self.decoder = self.check_decoder(decoder)
         self.modes = modes
         self._warned_resolution = False
+        self._pairs_cache: OrderedDict = OrderedDict()
+        self._partition: Partition | None = None
+        for key, value in _EMPTY_PARTITION.items():
+            self.register_buffer(f"partition_{key}", value.clone())
         self.inputs = CoordinateFeatures.of(in_channels, dim, coordinate_features)
-        if self.spectral_lift:
+        if self.spectral_lift:  # a Fourier operator on every patch, plus the pointwise path
             self.lift = PatchMixer(PatchSpectralIntegral(self.inputs.out_features, width, modes, dim))
+            self.lift_local = nn.Linear(self.inputs.out_features, width)
         else:
             self.lift = PointwiseMLP(self.inputs.out_features, width, width)
         def attention() -> PatchMixer:
@@ -169,11 +182,47 @@ class PatchedOperator(EncoderOperator):
         elif final_modes is not None:
             self.final = SpectralIntegral(out_channels, out_channels, final_modes, dim)
 
+    # -- the partition as model state ---------------------------------------------------------
+    @property
+    def partition(self) -> Partition | None:
+        """The fitted partition (``None`` until :meth:`fit_mesh` or :meth:`set_partition`)."""
+        if len(self.partition_meta) == 0:
+            return None
+        if self._partition is None:
+            self._partition = Partition.from_state(
+                {key: getattr(self, f"partition_{key}") for key in _EMPTY_PARTITION})
+        return self._partition
+
+    def set_partition(self, part: Partition | None) -> None:
+        """Make ``part`` the model's partition (``None``: none, cut every mesh on the fly)."""
+        state = part.state() if part is not None else _EMPTY_PARTITION
+        for key, value in state.items():
+            setattr(self, f"partition_{key}", value.to(getattr(self, f"partition_{key}").device))
+        self._partition = part
+        self._pairs_cache.clear()
+
+    def fit_mesh(self, pos: torch.Tensor, weight: torch.Tensor, cells: torch.Tensor | None = None) -> None:
+        """Cut the training mesh into ``num_patches`` parts by ``partition_method`` and keep the
+        partition, unless one is already fitted (see :class:`~geoattn.models.NeuralOperator`)."""
+        if self.partition is None:
+            self.set_partition(make_partition(pos, weight, self.num_patches, cells=cells,
+                                              method=self.partition_method))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        for key in _EMPTY_PARTITION:  # the partition buffers take the saved shapes
+            name = f"{prefix}partition_{key}"
+            if name in state_dict:
+                setattr(self, f"partition_{key}", torch.empty_like(state_dict[name]))
+        self._partition = None
+        self._pairs_cache.clear()
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def partitions(self, pos: torch.Tensor, weight: torch.Tensor, batch: torch.Tensor | None = None,
                    partition: Partition | None = None) -> list[Partition]:
-        """The partition of every graph: ``partition`` for all, or each graph cut on the fly into
-        ``num_patches`` parts by ``partition_method``."""
+        """The partition of every graph: ``partition``, else the fitted one, for all; else each
+        graph cut on the fly into ``num_patches`` parts by ``partition_method``."""
         graphs = graph_slices(len(pos), batch)
+        partition = partition if partition is not None else self.partition
         if partition is not None:
             return [partition] * len(graphs)
         return [make_partition(pos[g], weight[g], self.num_patches, method=self.partition_method)
@@ -181,7 +230,8 @@ class PatchedOperator(EncoderOperator):
 
     @staticmethod
     def patch_index(pos: torch.Tensor, batch: torch.Tensor | None, parts: list[Partition]) -> PatchIndex:
-        """The :class:`PatchIndex` of nodes ``pos`` (graph ``g`` in the patches of ``parts[g]``)."""
+        """The :class:`PatchIndex` of nodes ``pos`` (graph ``g`` in the patches of ``parts[g]``),
+        without stencils."""
         num_patches = {p.num_parts for p in parts}
         if len(num_patches) != 1:
             raise ValueError(f"all graphs of a batch need the same number of patches, got {num_patches}")
@@ -192,6 +242,24 @@ class PatchedOperator(EncoderOperator):
                 patch[g] = part.transfer(pos[g])
                 length[g] = part.length
         return PatchIndex(patch, length, num_patches.pop())
+
+    def with_pairs(self, index: PatchIndex, pos: torch.Tensor, weight: torch.Tensor,
+                   batch: torch.Tensor | None, source: tuple | None = None) -> PatchIndex:
+        """``index`` with the stencils of its nodes against ``source = (index, pos, weight, batch)``
+        (default: itself), from the cache when this mesh and partition were seen before."""
+        src, pos_s, weight_s, batch_s = source or (index, pos, weight, batch)
+        key = _fingerprint(index.patch, pos, weight, batch, src.patch, pos_s, weight_s, batch_s)
+        pairs = self._pairs_cache.get(key)
+        if pairs is None:
+            pairs = patch_pairs(pos_s, weight_s, src.patch, src.num_patches, batch_s, pos_query=pos,
+                                weight_query=weight, patch_query=index.patch,
+                                num_patches_query=index.num_patches, batch_query=batch)
+            self._pairs_cache[key] = pairs
+            while len(self._pairs_cache) > self.cache_size:
+                self._pairs_cache.popitem(last=False)
+        else:
+            self._pairs_cache.move_to_end(key)
+        return index._replace(pairs=pairs)
 
     def check_resolution(self, index: PatchIndex, batch: torch.Tensor | None = None) -> bool:
         """Whether every non-empty patch of ``index`` resolves the model's modes
@@ -220,7 +288,10 @@ class PatchedOperator(EncoderOperator):
         """The encoder features ``[N, width]`` on the input mesh with patches ``patches``."""
         self.check_inputs(x, pos)
         u = self.inputs(x, pos)
-        h = self.lift(u, pos, weight, batch, patches=patches) if self.spectral_lift else self.lift(u)
+        if self.spectral_lift:
+            h = self.lift(u, pos, weight, batch, patches=patches) + self.lift_local(u)
+        else:
+            h = self.lift(u)
         for block in self.blocks:
             h = block(h, pos, weight, batch, patches=patches)
         return h
@@ -234,6 +305,7 @@ class PatchedOperator(EncoderOperator):
         parts = self.partitions(pos, weight, batch, partition)
         index = self.patch_index(pos, batch, parts)
         self.check_resolution(index, batch)
+        index = self.with_pairs(index, pos, weight, batch)
         h = self.encode(x, pos, weight, batch, patches=index)
         if self.decoder == "pointwise":
             z, pos_out, weight_out, batch_out = self.project(h), pos, weight, batch
@@ -243,7 +315,8 @@ class PatchedOperator(EncoderOperator):
             elif weight_query is None:
                 raise ValueError("a query mesh needs its quadrature weights: pass weight_query "
                                  "(they place every query patch in its reference frame)")
-            index_query = self.patch_index(pos_query, batch_query, parts)
+            index_query = self.with_pairs(self.patch_index(pos_query, batch_query, parts), pos_query,
+                                          weight_query, batch_query, source=(index, pos, weight, batch))
             q = self.decode_cross(h, pos, weight, batch, pos_query, batch_query, patches=index,
                                   weight_query=weight_query, patches_query=index_query)
             z, pos_out, weight_out, batch_out = self.project(q), pos_query, weight_query, batch_query
@@ -252,6 +325,25 @@ class PatchedOperator(EncoderOperator):
         if self.smoothing is not None:
             z = self.smoothing(z, pos_out, weight_out, batch_out)
         return z
+
+
+#: The buffers of a model without a partition (see :meth:`geoattn.mesh.Partition.state`).
+_EMPTY_PARTITION = {"meta": torch.zeros(0, dtype=torch.long), "cuts": torch.zeros(0, 4, dtype=torch.long),
+                    "seeds": torch.zeros(0, 0, dtype=torch.long), "seed_patch": torch.zeros(0, dtype=torch.long)}
+
+
+def _fingerprint(*tensors: torch.Tensor | None) -> tuple:
+    """A key naming the exact contents of ``tensors`` (their bytes, shapes, dtypes, device)."""
+    digest = hashlib.blake2b(digest_size=16)
+    meta = []
+    for t in tensors:
+        if t is None:
+            meta.append(None)
+            continue
+        t = t.detach()
+        meta.append((tuple(t.shape), str(t.dtype), str(t.device)))
+        digest.update(t.contiguous().cpu().numpy().tobytes())
+    return digest.hexdigest(), tuple(meta)
 
 
 _ARGS = r"""

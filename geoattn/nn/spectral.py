@@ -454,17 +454,21 @@ class SpectralIntegral(nn.Module):
 class SpectralSmoothing(SpectralIntegral):
     r"""The smoothing layer :math:`z \mapsto (I - \varepsilon\Delta)^{-\alpha} z` (Remark 21).
 
-    Applied in the Fourier basis of the bounding box :math:`B = a + [0, L]` (periodic extension):
+    Applied in the Fourier basis of the bounding box :math:`B = a + [0, L]` (periodic extension),
+    to the retained modes :math:`|m_k| \le K_k` only, as a correction of the identity:
 
     .. math::
-        \big((I - \varepsilon\Delta)^{-\alpha} z\big)(y) = \mathrm{Re} \sum_{|m_k| \le K_k}
-        \big(1 + \varepsilon |2\pi m / L|^2\big)^{-\alpha}\, \hat z(m)\, e^{2\pi i\, m \cdot (y - a)/L},
+        S z(y) = z(y) + \mathrm{Re} \sum_{|m_k| \le K_k}
+        \Big(\big(1 + \varepsilon |2\pi m / L|^2\big)^{-\alpha} - 1\Big)\, \hat z(m)\,
+        e^{2\pi i\, m \cdot (y - a)/L},
 
-    with :math:`\hat z(m)` the quadrature Fourier coefficients of :class:`SpectralIntegral`. Modes
-    beyond :math:`K` are dropped (their multiplier is already small for
-    :math:`\varepsilon |2\pi K / L|^2 \gg 1`). No learned parameters; channels are smoothed
-    independently. The paper uses :math:`\varepsilon = 10^{-3}`, :math:`\alpha = 1.001` on periodic
-    problems.
+    with :math:`\hat z(m)` the quadrature Fourier coefficients of :class:`SpectralIntegral`. On a
+    periodic field resolved by the retained modes this is :math:`(I - \varepsilon\Delta)^{-\alpha}`;
+    the part of :math:`z` the modes do not represent (a non-periodic field's jump across the box,
+    the modes beyond :math:`K`) passes unchanged, so :math:`S \to I` as :math:`\varepsilon \to 0`
+    on any field (the multiplier :math:`-\alpha\varepsilon|2\pi m/L|^2 + O(\varepsilon^2)` goes to
+    zero). No learned parameters; channels are smoothed independently. The paper uses
+    :math:`\varepsilon = 10^{-3}`, :math:`\alpha = 1.001` on periodic problems.
 
     Args:
         modes: :math:`K` per dimension.
@@ -474,8 +478,9 @@ class SpectralSmoothing(SpectralIntegral):
         backend: ``"auto"`` (default), ``"dense"`` or ``"finufft"``, as :class:`SpectralIntegral`.
 
     Shapes:
-        - **input:** as :class:`SpectralIntegral`, any number of channels ``C``.
-        - **output:** ``[N_out, C]``.
+        - **input:** ``x [N, C]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional), any
+          number of channels ``C``.
+        - **output:** ``[N, C]`` (on the input nodes).
     """
 
     def __init__(self, modes: int | Sequence[int], dim: int, eps: float = 1e-3, alpha: float = 1.001,
@@ -492,8 +497,12 @@ class SpectralSmoothing(SpectralIntegral):
 
     def multiply(self, coeff: torch.Tensor, side: torch.Tensor) -> torch.Tensor:
         wave = 2.0 * math.pi * self.mode_index.to(side.dtype)[None] / side[:, None]  # (B, M, d)
-        factor = (1.0 + self.eps * wave.pow(2).sum(-1)).pow(-self.alpha)  # (B, M)
+        factor = torch.expm1(-self.alpha * torch.log1p(self.eps * wave.pow(2).sum(-1)))  # (B, M)
         return coeff * factor.unsqueeze(-1).to(coeff.dtype)
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
+                batch: torch.Tensor | None = None) -> torch.Tensor:
+        return x + super().forward(x, pos, weight, batch)
 
     def extra_repr(self) -> str:
         return f"modes={self.modes}, dim={self.dim}, eps={self.eps}, alpha={self.alpha}"

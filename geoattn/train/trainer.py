@@ -157,6 +157,9 @@ class Trainer:
         if val:
             validate_samples(val, op.model, "validation", self.h1)
         device = next(op.parameters()).device
+        if hasattr(op.model, "fit_mesh"):
+            cells = getattr(train[0], "cells", None)
+            op.model.fit_mesh(train[0].pos, train[0].weight, cells if torch.is_tensor(cells) else None)
         op.x_normalizer.fit((d.x, d.weight) for d in train)
         op.y_normalizer.fit((d.y, d.weight) for d in train)
         steps = math.ceil(len(train) / self.batch_size)

@@ -1,5 +1,7 @@
 """`geoattn train / evaluate / predict` end to end on a tiny dataset file, via main([...])."""
 
+import csv
+
 import meshio
 import numpy as np
 import pytest
@@ -112,3 +114,39 @@ def test_train_num_heads_flag_and_its_former_name():
     for flag in ("--num-heads", "--heads"):
         name, model_kw, _ = train.settings(parser.parse_args(["d.h5", "--model", "tno", flag, "2"]))
         assert name == "tno" and model_kw == {"num_heads": 2}
+
+
+def test_patched_model_evaluates_other_meshes_with_its_training_partition(tmp_path, capsys):
+    """`geoattn train --model fano` fits the partition on the training mesh and saves it in the
+    checkpoint; `geoattn evaluate` on refined, graded and foreign meshes uses it: its table equals
+    scoring the loaded operator directly, and differs from cutting every mesh on its own."""
+    from geoattn.data.dataset import DarcyDataset
+    from geoattn.mesh.partition import partition
+    from geoattn.train.trainer import evaluate_errors
+
+    data = tmp_path / "d.h5"
+    meshes = {"train": "square_irregular", "refined": "square_irregular_refined",
+              "graded": "square_graded", "foreign": "square_structured"}
+    assert main(["generate", *[a for k, v in meshes.items() for a in ("--mesh", f"{k}=meshes/{v}.vtu")],
+                 "--n", "4", "--family", "lognormal", "--out", str(data), "--no-progress"]) == 0
+    config = tmp_path / "c.toml"
+    config.write_text('[model]\nname = "fano"\nwidth = 8\ndepth = 1\nnum_patches = 4\nmodes = 1\n')
+    assert main(["train", str(data), "--mesh", "train", "--config", str(config), "--epochs", "1",
+                 "--batch-size", "2", "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    op = load_operator(tmp_path / "out" / "last.pt")
+    train = DarcyDataset(data, mesh="train")[0]
+    fitted = partition(train.pos, train.weight, 4, method=op.model.partition_method,
+                       cells=train.cells if torch.is_tensor(getattr(train, "cells", None)) else None)
+    graded = DarcyDataset(data, mesh="graded")
+    assert torch.equal(op.model.partition.transfer(graded[0].pos), fitted.transfer(graded[0].pos))
+    capsys.readouterr()
+    assert main(["evaluate", str(tmp_path / "out" / "last.pt"), str(data), "--out", str(tmp_path / "ev")]) == 0
+    with open(tmp_path / "ev" / "crossmesh.csv") as fh:
+        table = {row["mesh"]: float(row["mean"]) for row in csv.DictReader(fh)}
+    direct = {name: float(evaluate_errors(op, DarcyDataset(data, mesh=name)).mean()) for name in meshes}
+    assert set(table) == set(direct)
+    for name, error in direct.items():
+        assert table[name] == pytest.approx(error, rel=1e-5), name
+    op.model.set_partition(None)
+    on_the_fly = float(evaluate_errors(op, graded).mean())
+    assert abs(on_the_fly - direct["graded"]) > 1e-6 * direct["graded"]
