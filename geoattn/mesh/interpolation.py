@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from scipy.spatial import Delaunay, cKDTree
+from scipy.spatial import ConvexHull, Delaunay, cKDTree
 
 __all__ = ["Interpolation", "linear_interpolation"]
 
@@ -78,10 +78,24 @@ def _interval(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
     return index, coeff, covered
 
 
+def _in_hull(tri: Delaunay, q: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
+    """Whether each point lies in the convex hull of the triangulated nodes (to rounding)."""
+    equations = ConvexHull(tri.points).equations  # (F', d + 1): normal . x + offset <= 0 inside
+    scale = np.abs(tri.points).max() if len(tri.points) else 1.0
+    out = np.empty(len(q), dtype=bool)
+    for lo in range(0, len(q), chunk):
+        part = q[lo:lo + chunk]
+        out[lo:lo + chunk] = (part @ equations[:, :-1].T + equations[:, -1] <= 1e-12 * scale).all(1)
+    return out
+
+
 def _simplices(p: np.ndarray, q: np.ndarray, gap: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Barycentric stencils on the Delaunay triangulation; ``covered`` excludes bridging simplices."""
     tri = Delaunay(p)
-    simplex = tri.find_simplex(q)
+    # find_simplex falls back to a brute-force search for points outside the hull: test those first
+    simplex = np.full(len(q), -1, dtype=np.int64)
+    hull = _in_hull(tri, q)
+    simplex[hull] = tri.find_simplex(q[hull])
     inside = simplex >= 0
     s = np.where(inside, simplex, 0)
     transform = tri.transform[s]  # (M, d + 1, d)
