@@ -150,13 +150,13 @@ def _run(fn, chunked: bool, *args):
 def _score_chunk(x, y, index, coeff, heads):
     n, c = x.shape
     z = _translated(y, index, coeff).view(n, -1, heads, c // heads)
-    return torch.einsum("nhc,nqhc->nqh", x.view(n, heads, c // heads), z)
+    return (x.view(n, 1, heads, c // heads) * z).sum(-1)  # faster than einsum's small matmuls
 
 
 def _mix_chunk(a, y, index, coeff):
     n, p, h = a.shape
     z = _translated(y, index, coeff).view(n, p, h, -1)
-    return torch.einsum("nqh,nqhc->nhc", a, z).reshape(n, -1)
+    return (a.unsqueeze(-1) * z).sum(1).reshape(n, -1)
 
 
 def pair_scores(x: torch.Tensor, y: torch.Tensor, pairs: PatchPairs, num_heads: int = 1) -> torch.Tensor:
