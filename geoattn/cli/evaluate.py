@@ -9,7 +9,8 @@ from ..eval import cross_mesh_report, plot_errors
 from ..optional import require
 from ..train import load_operator
 from ..train.checkpoint import atomic_path, check_writable
-from .train import check_setting
+from ..train.trainer import resolve_device
+from .train import add_device_arg, check_setting
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
@@ -21,6 +22,7 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip", type=int, default=0,
                         help="skip the first N samples, N >= 0 (e.g. training ones; default: 0)")
     parser.add_argument("--out", help="folder for crossmesh.csv and errors.png (default: print only)")
+    add_device_arg(parser, "auto")
 
 
 def _mesh_names(text: str | None) -> list[str] | None:
@@ -41,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     out = None if args.out is None else check_writable(args.out, folder=True)
     if out is not None:
         require("matplotlib", "plot", "the errors.png of --out")  # fail now, not after scoring
-    op = load_operator(args.checkpoint)
+    op = load_operator(args.checkpoint, resolve_device(args.device))
     datasets, source = {}, {}
     for path in args.data:
         with open_dataset_file(path) as fh:

@@ -19,6 +19,8 @@ from ..mesh.io import read_meshio
 from ..mesh.validation import located
 from ..train import load_operator
 from ..train.checkpoint import atomic_path, check_writable
+from ..train.trainer import resolve_device
+from .train import add_device_arg
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
@@ -29,13 +31,14 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", required=True,
                         help="output mesh file in an existing folder (format from extension)")
     parser.add_argument("--name", default="prediction", help="name of the output field (default: %(default)s)")
+    add_device_arg(parser, "auto")
 
 
 def run(args: argparse.Namespace) -> int:
     output = check_writable(args.output)
     if not args.name.strip():
         raise ConfigError("--name must be a non-empty field name")
-    op = load_operator(args.checkpoint)
+    op = load_operator(args.checkpoint, resolve_device(args.device))
     mesh = read_meshio(args.mesh)
     if args.name in mesh.point_data:
         raise ConfigError(f"{args.mesh} already has a point field {args.name!r}; choose another --name")

@@ -11,6 +11,8 @@ Model and training settings come from flags or a TOML file (flags win)::
     epochs = 20
     batch_size = 4
     lr = 0.003
+    device = "auto"       # or "cpu", "cuda", "cuda:1"
+    precision = "fp32"    # or "bf16", "fp16" (CUDA)
 
 Every setting is checked before any work: a wrong type or an out-of-range value (``width = 0``,
 ``--lr nan``, ``--val-fraction 1``) raises :class:`~geoattn.errors.ConfigError` naming it. The same
@@ -34,13 +36,14 @@ from ..models import MODELS, build_model
 from ..models.base import RENAMED_ARGUMENTS
 from ..train import NormalizedOperator, Trainer, init_distributed, load_checkpoint
 from ..train.checkpoint import check_writable
+from ..train.trainer import PRECISIONS, check_precision, resolve_device
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10, with the tomli backport from the dependencies
     import tomli as tomllib
 
-TRAIN_KEYS = ("epochs", "batch_size", "lr", "weight_decay", "clip", "seed", "h1")
+TRAIN_KEYS = ("epochs", "batch_size", "lr", "weight_decay", "clip", "seed", "h1", "device", "precision")
 MODEL_FLAGS = ("width", "depth", "num_heads")
 #: constructor arguments that come from the dataset, never from the settings
 DATA_ARGUMENTS = ("in_channels", "out_channels", "dim")
@@ -48,7 +51,8 @@ SEEDS = 2**32
 #: type and range of each training setting: (type, lowest, highest, lowest excluded)
 TRAIN_RANGES = {"epochs": (int, 1, None, False), "batch_size": (int, 1, None, False),
                 "lr": (float, 0, None, True), "weight_decay": (float, 0, None, False),
-                "clip": (float, 0, None, True), "seed": (int, 0, SEEDS, False), "h1": (bool, None, None, False)}
+                "clip": (float, 0, None, True), "seed": (int, 0, SEEDS, False), "h1": (bool, None, None, False),
+                "device": (str, None, None, False), "precision": (str, None, None, False)}
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
@@ -65,11 +69,20 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr", type=float, help="peak learning rate (a number > 0)")
     parser.add_argument("--seed", type=int, help=f"seed of the weights and shuffles (0 to {SEEDS - 1}; default 0)")
     parser.add_argument("--h1", action="store_true", default=None, help="train on the relative H1 error")
+    add_device_arg(parser)
+    parser.add_argument("--precision", choices=list(PRECISIONS),
+                        help="fp32 (default), bf16 (bfloat16 autocast, CPU or GPU) or fp16 "
+                             "(float16 autocast with a gradient scaler, CUDA only)")
     parser.add_argument("--val-fraction", type=float, default=0.1,
                         help="last fraction of samples kept for validation, in [0, 1) (default: %(default)s)")
     parser.add_argument("--unweighted", action="store_true", help="node-average ablation")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     parser.add_argument("--no-progress", action="store_true")
+
+
+def add_device_arg(parser: argparse.ArgumentParser, default: str | None = None) -> None:
+    parser.add_argument("--device", default=default,
+                        help="cpu, cuda, cuda:N or auto: CUDA when available, else the CPU (default: auto)")
 
 
 def check_setting(label: str, value: Any, kind: type, low: float | None = None, high: float | None = None,
@@ -178,7 +191,9 @@ def run(args: argparse.Namespace) -> int:
     name, model_kw, train_kw = settings(args)
     val_fraction = check_setting("--val-fraction", args.val_fraction, float, 0, 1)
     out = check_writable(args.out, folder=True)
-    init_distributed()  # no-op unless launched by torchrun
+    device = train_kw["device"] = resolve_device(train_kw.get("device", "auto"))
+    check_precision(train_kw.get("precision", "fp32"), device)
+    init_distributed(device)  # no-op unless launched by torchrun; NCCL only for a CUDA device
     dataset = DarcyDataset(args.data, mesh=args.mesh)
     samples = [dataset[i] for i in range(len(dataset))]
     if not samples:

@@ -8,17 +8,24 @@ import torch
 import torch.distributed as dist
 
 
-def init_distributed() -> bool:
+def init_distributed(device: str | torch.device | None = None) -> bool:
     """Join the process group ``torchrun`` describes in the environment (``WORLD_SIZE`` > 1).
 
-    Uses NCCL when CUDA is available (one device per local rank) and gloo otherwise. Returns
-    whether training is distributed; a single process (no ``torchrun``) returns ``False``.
+    The backend follows the device the model will train on: NCCL for a CUDA device (made this
+    process's current device), gloo for the CPU. With ``device=None`` that device is
+    ``cuda:LOCAL_RANK`` when CUDA is available and the CPU otherwise; give the device (as
+    :func:`~geoattn.train.trainer.resolve_device` returns it) to train on the CPU of a machine
+    with GPUs. Returns whether training is distributed; a single process (no ``torchrun``)
+    returns ``False``.
     """
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return False
     if not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if device is None:
+            device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"
+        device = torch.device(device)
+        backend = "nccl" if device.type == "cuda" else "gloo"
         if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(device)
         dist.init_process_group(backend)
     return True

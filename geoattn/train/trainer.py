@@ -6,6 +6,11 @@ killed at any point and resumed with ``resume=True`` reaches the same weights as
 uninterrupted run. Under ``torchrun`` each process takes an equal share of every batch and
 :class:`~torch.nn.parallel.DistributedDataParallel` averages the gradients, which equals the
 single-process step when ``batch_size`` is a multiple of the number of processes.
+
+The device and the arithmetic precision are trainer settings: ``device="cuda"`` (or ``"auto"``)
+moves the operator there, and ``precision="bf16"`` or ``"fp16"`` runs the forward pass under
+:func:`torch.autocast` (fp16 with a gradient scaler), while the parameters, the optimiser state
+and the loss stay in the model's own dtype.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import csv
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch_geometric.data import Batch
 
-from ..errors import ChannelError, FieldLengthError, NonFiniteLossError
+from ..errors import ChannelError, ConfigError, FieldLengthError, NonFiniteLossError
 from ..mesh.validation import located, validate_sample
 from ..optional import progress as progress_bar
 from .checkpoint import load_checkpoint, operator_payload, save_checkpoint
@@ -31,11 +37,65 @@ from .operator import NormalizedOperator
 log = logging.getLogger(__name__)
 
 LAST, BEST, METRICS = "last.pt", "best.pt", "metrics.csv"
+#: autocast dtype of each precision (``None``: no autocast)
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def sample_errors(operator: torch.nn.Module, batch, h1: bool = False) -> torch.Tensor:
-    """Per-sample relative :math:`L^2` (or :math:`H^1`) errors ``[B]`` of ``operator`` on a batch."""
-    pred = operator(batch.x, batch.pos, batch.weight, batch.batch)
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """The :class:`torch.device` named by ``device``: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or
+    ``"auto"`` (CUDA when available, else the CPU). Under ``torchrun`` (``WORLD_SIZE`` > 1),
+    ``"auto"`` and ``"cuda"`` mean the process's own GPU, ``cuda:LOCAL_RANK``.
+
+    Raises:
+        ConfigError: an unknown device string, or CUDA asked for where there is none (or a
+            ``cuda:N`` beyond the GPUs present).
+    """
+    text = str(device).strip().lower()
+    kind, _, index = text.partition(":")
+    if kind not in ("auto", "cpu", "cuda") or (index and (kind != "cuda" or not index.isdigit())):
+        raise ConfigError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {str(device)!r}")
+    if kind == "auto":
+        kind = "cuda" if torch.cuda.is_available() else "cpu"
+    if kind == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ConfigError(f"device {str(device)!r} asks for CUDA, but this PyTorch sees no CUDA device "
+                          f"(torch {torch.__version__}); use --device cpu or auto")
+    if not index and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        index = os.environ.get("LOCAL_RANK", "0")
+    if index and int(index) >= torch.cuda.device_count():
+        raise ConfigError(f"device {str(device)!r}: there are only {torch.cuda.device_count()} CUDA device(s)")
+    return torch.device("cuda", int(index)) if index else torch.device("cuda")
+
+
+def check_precision(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype of ``precision`` (``"fp32"``: ``None``, ``"bf16"``, ``"fp16"``) on ``device``.
+
+    Raises:
+        ConfigError: an unknown precision; fp16 on the CPU (its gradient scaler and fast kernels
+            are CUDA's: use bf16 there); bf16 on a GPU without bfloat16 support.
+    """
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
+    if precision == "fp16" and device.type != "cuda":
+        raise ConfigError(f"precision 'fp16' needs a CUDA device (it trains with a CUDA gradient "
+                          f"scaler), got device {str(device)!r}; use bf16 or fp32 on the CPU")
+    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ConfigError(f"precision 'bf16': CUDA device {str(device)!r} does not support bfloat16; "
+                          "use fp16 or fp32")
+    return PRECISIONS[precision]
+
+
+def sample_errors(operator: torch.nn.Module, batch, h1: bool = False, *,
+                  autocast: torch.dtype | None = None) -> torch.Tensor:
+    """Per-sample relative :math:`L^2` (or :math:`H^1`) errors ``[B]`` of ``operator`` on a batch.
+
+    With ``autocast`` (``torch.bfloat16`` or ``torch.float16``) the operator runs under
+    :func:`torch.autocast` in that dtype; the errors are computed in the target's dtype.
+    """
+    with torch.autocast(batch.pos.device.type, dtype=autocast, enabled=autocast is not None):
+        pred = operator(batch.x, batch.pos, batch.weight, batch.batch)
+    pred = pred.to(batch.y.dtype)
     if h1:
         return relative_h1(pred, batch.y, batch.pos, batch.weight, batch.cells, batch.batch,
                            batch.num_graphs, reduction="none")
@@ -94,6 +154,13 @@ def validate_samples(samples: Sequence, model: torch.nn.Module, name: str = "tra
             relative_l2(data.y, data.y, data.weight)  # raises ZeroNormError on an all-zero target
 
 
+def _grad_scaler(enabled: bool):
+    """A CUDA gradient scaler for fp16 (disabled: its calls pass the loss and the step through)."""
+    if hasattr(torch.amp, "GradScaler"):
+        return torch.amp.GradScaler("cuda", enabled=enabled)
+    return torch.cuda.amp.GradScaler(enabled=enabled)  # pragma: no cover - torch < 2.3
+
+
 class Trainer:
     """Fits a :class:`NormalizedOperator` to samples ``(x, pos, weight, y)``.
 
@@ -113,22 +180,63 @@ class Trainer:
         h1: train on the relative :math:`H^1` error (default ``False``).
         seed: seed of the shuffles and dropout draws (default ``0``).
         progress: show a progress bar, with tqdm (the ``progress`` extra) (default ``True``).
+        device: where to train: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (CUDA when
+            available), see :func:`resolve_device` (default ``None``: where the operator is).
+        precision: ``"fp32"`` (default), ``"bf16"`` (forward pass under bfloat16 autocast, CPU or
+            GPU) or ``"fp16"`` (float16 autocast with a gradient scaler, CUDA only). Validation
+            errors are computed without autocast.
+
+    Raises:
+        ConfigError: an unknown or unavailable device or precision (:func:`resolve_device`,
+            :func:`check_precision`).
+
+    The settings, device and precision included, are stored under ``"trainer"`` in the
+    checkpoints.
     """
 
     def __init__(self, operator: NormalizedOperator, out_dir: str | Path | None = None, *,
                  epochs: int = 20, batch_size: int = 4, lr: float = 1e-3, weight_decay: float = 1e-4,
-                 clip: float | None = 1.0, h1: bool = False, seed: int = 0, progress: bool = True):
+                 clip: float | None = 1.0, h1: bool = False, seed: int = 0, progress: bool = True,
+                 device: str | torch.device | None = None, precision: str = "fp32"):
         self.operator = operator
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.epochs, self.batch_size, self.lr = epochs, batch_size, lr
         self.weight_decay, self.clip, self.h1 = weight_decay, clip, h1
         self.seed, self.progress = seed, progress
+        self.device = next(operator.parameters()).device if device is None else resolve_device(device)
+        self.precision = precision
+        self.autocast = check_precision(precision, self.device)
         distributed = dist.is_available() and dist.is_initialized()
         self.rank = dist.get_rank() if distributed else 0
         self.world = dist.get_world_size() if distributed else 1
         if batch_size % self.world:
             raise ValueError(f"batch_size={batch_size} must be a multiple of the {self.world} processes")
+        if distributed and dist.get_backend() == "nccl" and self.device.type != "cuda":
+            raise ConfigError(f"the process group uses NCCL, which needs the model on CUDA, but the "
+                              f"device is {str(self.device)!r}; train on CUDA or start the group with gloo")
         self.history: list[dict[str, float]] = []
+
+    @property
+    def settings(self) -> dict:
+        """The training settings, as stored in checkpoints under ``"trainer"``."""
+        return {"epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr,
+                "weight_decay": self.weight_decay, "clip": self.clip, "h1": self.h1, "seed": self.seed,
+                "device": str(self.device), "precision": self.precision, "world_size": self.world}
+
+    def _errors(self, model: torch.nn.Module, batch) -> torch.Tensor:
+        """:func:`sample_errors` at the trainer's precision; a model whose operations have no
+        kernel in that precision is a :class:`ConfigError` naming it."""
+        if self.autocast is None:
+            return sample_errors(model, batch, self.h1)
+        try:
+            return sample_errors(model, batch, self.h1, autocast=self.autocast)
+        except (RuntimeError, NotImplementedError) as err:
+            if "out of memory" in str(err):
+                raise
+            name = getattr(self.operator.model, "model_name", type(self.operator.model).__name__)
+            reason = " ".join(str(err).split())[:300]
+            raise ConfigError(f"model {name!r} does not run in {self.precision} on {self.device.type} "
+                              f"({type(err).__name__}: {reason}); train it in fp32") from err
 
     def _write(self, name: str, payload: dict) -> None:
         if self.out_dir is not None and self.rank == 0:
@@ -156,16 +264,18 @@ class Trainer:
         validate_samples(train, op.model, "training", self.h1)
         if val:
             validate_samples(val, op.model, "validation", self.h1)
-        device = next(op.parameters()).device
+        device = self.device
         if hasattr(op.model, "fit_mesh"):
             cells = getattr(train[0], "cells", None)
             op.model.fit_mesh(train[0].pos, train[0].weight, cells if torch.is_tensor(cells) else None)
         op.x_normalizer.fit((d.x, d.weight) for d in train)
         op.y_normalizer.fit((d.y, d.weight) for d in train)
+        op.to(device)
         steps = math.ceil(len(train) / self.batch_size)
         optimizer = torch.optim.AdamW(op.parameters(), lr=self.lr, weight_decay=self.weight_decay)
         schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=self.lr,
                                                        total_steps=self.epochs * steps)
+        scaler = _grad_scaler(self.precision == "fp16")
         start, best = 0, math.inf
         last = self.out_dir / LAST if self.out_dir is not None else None
         if resume and last is not None and last.exists():
@@ -173,11 +283,15 @@ class Trainer:
             op.load_state_dict(state["state_dict"])
             optimizer.load_state_dict(state["optimizer"])
             schedule.load_state_dict(state["scheduler"])
+            if "scaler" in state and self.precision == "fp16":
+                scaler.load_state_dict(state["scaler"])
             start, best, self.history = state["epoch"] + 1, state["best"], list(state["history"])
             log.info("resuming from %s after epoch %d", last, state["epoch"])
         step_model = op
         if self.world > 1:
-            step_model = torch.nn.parallel.DistributedDataParallel(op)
+            ids = [device.index if device.index is not None else torch.cuda.current_device()] \
+                if device.type == "cuda" else None
+            step_model = torch.nn.parallel.DistributedDataParallel(op, device_ids=ids)
         bar = progress_bar(total=(self.epochs - start) * steps, enabled=self.progress and self.rank == 0,
                            desc="train", unit="step", leave=False)
         for epoch in range(start, self.epochs):
@@ -189,19 +303,22 @@ class Trainer:
             for step in range(steps):
                 ids = order[step * self.batch_size:(step + 1) * self.batch_size][self.rank::self.world]
                 batch = collate([train[int(i)] for i in ids], self.h1).to(device)
-                errors = sample_errors(step_model, batch, self.h1)
+                errors = self._errors(step_model, batch)
                 loss = errors.mean()  # quadrature-ok: mean over samples
                 if not torch.isfinite(loss):
                     where = f"; the last good checkpoint is {last}" if last is not None and last.exists() else ""
+                    hint = "; fp16 may have overflowed: try bf16 or fp32" if self.precision == "fp16" else ""
                     raise NonFiniteLossError(f"training loss is {loss.item()} at epoch {epoch}, step {step}"
-                                             f"{where}; lower the learning rate or check the data")
+                                             f"{where}; lower the learning rate or check the data{hint}")
                 if on_step is not None:
                     on_step(epoch, step)
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                scaler.scale(loss).backward()
                 if self.clip is not None:
+                    scaler.unscale_(optimizer)
                     torch.nn.utils.clip_grad_norm_(op.parameters(), self.clip)
-                optimizer.step()
+                scaler.step(optimizer)
+                scaler.update()
                 schedule.step()
                 total += torch.stack([errors.detach().sum().double(), torch.tensor(len(errors), device=device)])
                 bar.update()
@@ -214,12 +331,14 @@ class Trainer:
                 row["val"] = float(evaluate_errors(op, val, self.batch_size, self.h1).mean())  # quadrature-ok: over samples
             self.history.append(row)
             score = row["val"] if val else row["train"]
-            payload = operator_payload(op)
+            payload = {**operator_payload(op), "trainer": self.settings}
             if score < best:
                 best = score
                 self._write(BEST, payload)
             payload.update(optimizer=optimizer.state_dict(), scheduler=schedule.state_dict(),
                            epoch=epoch, best=best, history=self.history)
+            if self.precision == "fp16":
+                payload["scaler"] = scaler.state_dict()
             self._write(LAST, payload)
             self._write_metrics()
             log.info("epoch %d: train %.3e val %.3e", epoch, row["train"], row["val"])

@@ -150,3 +150,37 @@ def test_patched_model_evaluates_other_meshes_with_its_training_partition(tmp_pa
     op.model.set_partition(None)
     on_the_fly = float(evaluate_errors(op, graded).mean())
     assert abs(on_the_fly - direct["graded"]) > 1e-6 * direct["graded"]
+
+
+def test_device_and_precision_flags(trained, tmp_path, capsys):
+    """Bad devices and precisions are one-line errors before any training; bf16 on the CPU trains
+    and its checkpoint records the settings; evaluate and predict take --device."""
+    from geoattn.train import load_checkpoint
+
+    tmp, data = trained
+    train = ["train", str(data), "--mesh", "train", "--width", "8", "--depth", "1", "--epochs", "1",
+             "--batch-size", "2", "--no-progress", "--out"]
+    bad = [(["--device", "gpu"], "device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got 'gpu'"),
+           (["--device", "cpu", "--precision", "fp16"], "'fp16' needs a CUDA device"),
+           (["--precision", "half"], "invalid choice: 'half'")]
+    if not torch.cuda.is_available():
+        bad.append((["--device", "cuda"], "asks for CUDA, but this PyTorch sees no CUDA device"))
+    for flags, message in bad:
+        assert main(train + [str(tmp_path / "bad")] + flags) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "bad" / "last.pt").exists()
+    assert main(train + [str(tmp_path / "bf16"), "--device", "cpu", "--precision", "bf16"]) == 0
+    settings = load_checkpoint(tmp_path / "bf16" / "last.pt")["trainer"]
+    assert settings["precision"] == "bf16" and settings["device"] == "cpu"
+    ckpt = str(tmp_path / "bf16" / "last.pt")
+    assert main(["evaluate", ckpt, str(data), "--device", "cpu"]) == 0
+    assert main(["evaluate", ckpt, str(data), "--device", "tpu"]) == 2
+    assert "device must be" in capsys.readouterr().err
+    mesh = meshio.read("meshes/square_graded.vtu")
+    mesh.point_data = {"a": np.ones(len(mesh.points))}
+    save_meshio(tmp_path / "in.vtu", mesh)
+    predict = ["predict", "--checkpoint", ckpt, "--mesh", str(tmp_path / "in.vtu"), "--field", "a",
+               "-o", str(tmp_path / "out.vtu"), "--device"]
+    assert main(predict + ["cpu"]) == 0 and (tmp_path / "out.vtu").exists()
+    assert main(predict + ["cuda:x"]) == 2

@@ -42,3 +42,26 @@ def test_two_process_torchrun_matches_single_process(tmp_path):
     rows = [(tmp_path / name / "metrics.csv").read_text().splitlines()[1:] for name in ("single", "ddp")]
     for a, b in zip(*rows):  # the epoch's mean training error, gathered over both processes
         assert abs(float(a.split(",")[1]) - float(b.split(",")[1])) < 1e-5
+
+
+def test_backend_follows_the_device(monkeypatch):
+    """NCCL only for a model on CUDA: a CPU run on a machine with GPUs joins with gloo."""
+    import torch.distributed as dist
+
+    from geoattn.train import init_distributed
+
+    chosen = []
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", chosen.append)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: chosen.append(str(device)))
+    assert init_distributed(torch.device("cpu")) and chosen == ["gloo"]
+    chosen.clear()
+    assert init_distributed() and chosen == ["cuda:1", "nccl"]  # default: this process's GPU
+    chosen.clear()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert init_distributed() and chosen == ["gloo"]
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert not init_distributed("cuda")

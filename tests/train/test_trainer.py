@@ -93,3 +93,60 @@ def test_point_clouds_and_meshes_batch_together_and_h1_needs_cells():
     assert torch.allclose(evaluate_errors(op, [cloud, mesh]), alone.flip(0), atol=1e-6)
     with pytest.raises(FieldLengthError, match="sample 1 has no cells"):
         evaluate_errors(op, [mesh, cloud], h1=True)
+
+
+def test_device_strings_resolve_or_are_refused_with_one_line(monkeypatch):
+    from geoattn.errors import ConfigError
+    from geoattn.train.trainer import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a machine without a GPU
+    assert resolve_device("auto") == torch.device("cpu")
+    assert resolve_device("CPU") == resolve_device(torch.device("cpu")) == torch.device("cpu")
+    for bad in ("gpu", "cuda:x", "cpu:0", "mps", "", "cuda:-1"):
+        with pytest.raises(ConfigError, match="device must be 'auto', 'cpu', 'cuda' or 'cuda:N'"):
+            resolve_device(bad)
+    for cuda in ("cuda", "cuda:0", "cuda:3"):
+        with pytest.raises(ConfigError, match="asks for CUDA, but this PyTorch sees no CUDA device") as err:
+            resolve_device(cuda)
+        assert "\n" not in str(err.value)
+
+
+def test_precision_is_checked_against_the_device():
+    from geoattn.errors import ConfigError
+    from geoattn.train.trainer import check_precision
+
+    cpu = torch.device("cpu")
+    assert check_precision("fp32", cpu) is None and check_precision("bf16", cpu) is torch.bfloat16
+    with pytest.raises(ConfigError, match="'fp16' needs a CUDA device.*use bf16 or fp32 on the CPU"):
+        check_precision("fp16", cpu)
+    with pytest.raises(ConfigError, match="precision must be one of"):
+        check_precision("float16", cpu)
+    with pytest.raises(ConfigError, match="'fp16' needs a CUDA device"):
+        Trainer(_operator(), device="cpu", precision="fp16")
+
+
+def test_bf16_autocast_trains_close_to_fp32_and_checkpoints_record_the_settings(tmp_path, samples):
+    """Training with the forward pass under bfloat16 autocast on the CPU gives finite losses within
+    a few percent of float32's; the parameters stay float32; the checkpoints store the settings."""
+    histories = {}
+    for precision in ("fp32", "bf16"):
+        op = _operator()
+        histories[precision] = Trainer(op, tmp_path / precision, epochs=2, batch_size=2, lr=1e-2,
+                                       progress=False, device="cpu", precision=precision).fit(samples[:4])
+        assert all(p.dtype == torch.float32 for p in op.parameters())
+    fp32 = torch.tensor([row["train"] for row in histories["fp32"]])
+    bf16 = torch.tensor([row["train"] for row in histories["bf16"]])
+    assert torch.isfinite(bf16).all() and bf16[-1] < bf16[0]
+    assert torch.allclose(bf16, fp32, rtol=0.02), (bf16, fp32)
+    for name in ("last.pt", "best.pt"):
+        settings = load_checkpoint(tmp_path / "bf16" / name)["trainer"]
+        assert settings["precision"] == "bf16" and settings["device"] == "cpu" and settings["lr"] == 1e-2
+
+
+def test_model_without_bf16_kernels_is_a_config_error(samples):
+    from geoattn.errors import ConfigError
+
+    torch.manual_seed(0)
+    op = NormalizedOperator(build_model("mesh_fno", in_channels=1, out_channels=1, width=8, depth=1, modes=2))
+    with pytest.raises(ConfigError, match="model 'mesh_fno' does not run in bf16 on cpu.*train it in fp32"):
+        Trainer(op, epochs=1, batch_size=2, progress=False, precision="bf16").fit(samples[:2])
