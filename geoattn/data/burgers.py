@@ -459,6 +459,28 @@ def nonuniform_samples(data: BurgersData, n: int, fine: int = 8192, density: str
     return out
 
 
+def circle_coordinates(pos: torch.Tensor) -> torch.Tensor:
+    r"""The periodic unit interval as the unit circle, :math:`x \mapsto (\cos 2\pi x, \sin 2\pi x)`
+    (``[N, 1] -> [N, 2]``): coordinates in which every function a model builds from them is
+    periodic, and the nodes :math:`x = 0` and :math:`x \to 1` are neighbours."""
+    if pos.dim() != 2 or pos.shape[1] != 1:
+        raise ValueError(f"pos must be [N, 1], got shape {tuple(pos.shape)}")
+    angle = TWO_PI * pos
+    return torch.cat([angle.cos(), angle.sin()], dim=1)
+
+
+def on_circle(samples) -> list[MeshData]:
+    """Copies of 1-D periodic samples with :func:`circle_coordinates` as ``pos`` (``[N, 2]``);
+    the weights (of the integral over :math:`x \\in [0, 1)`) and the fields are unchanged."""
+    out = []
+    for d in samples:
+        c = d.clone()
+        c.pos = circle_coordinates(d.pos)
+        out.append(c)
+    return out
+
+
 __all__ = ["BurgersData", "FourierSeries", "PeriodicGaussianRandomField", "burgers_data",
-           "cole_hopf", "nonuniform_samples", "periodic_trapezoid_weights", "sampling_density",
-           "solve_burgers", "subsample", "uniform_samples"]
+           "circle_coordinates", "cole_hopf", "nonuniform_samples", "on_circle",
+           "periodic_trapezoid_weights", "sampling_density", "solve_burgers", "subsample",
+           "uniform_samples"]

@@ -8,9 +8,10 @@ import pytest
 import torch
 from scipy.special import ive
 
-from geoattn.data.burgers import (FourierSeries, PeriodicGaussianRandomField, burgers_data, cole_hopf,
-                                  nonuniform_samples, periodic_trapezoid_weights, sampling_density,
-                                  solve_burgers, subsample, uniform_samples)
+from geoattn.data.burgers import (FourierSeries, PeriodicGaussianRandomField, burgers_data,
+                                  circle_coordinates, cole_hopf, nonuniform_samples, on_circle,
+                                  periodic_trapezoid_weights, sampling_density, solve_burgers,
+                                  subsample, uniform_samples)
 
 SINE = FourierSeries(np.array([0.0, -0.5j]))  # sin(2 pi x)
 
@@ -197,3 +198,18 @@ def test_uniform_and_nonuniform_samples():
         nonuniform_samples(data, fine, fine)
     with pytest.raises(ValueError, match="divide"):
         subsample(ref0, 100)
+
+
+def test_circle_coordinates():
+    pos = torch.tensor([[0.0], [0.25], [0.5], [0.999999]], dtype=torch.float64)
+    c = circle_coordinates(pos)
+    torch.testing.assert_close(c[:3], torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]], dtype=torch.float64),
+                               atol=1e-15, rtol=0)
+    assert (c[3] - c[0]).norm() < 1e-5  # x = 0 and x -> 1 are neighbours
+    data = burgers_data(2, seed=0, grid=64, dt=1e-2)
+    for a, b in zip(uniform_samples(data, 16), on_circle(uniform_samples(data, 16))):
+        assert b.pos.shape == (16, 2)
+        assert torch.equal(a.weight, b.weight) and torch.equal(a.x, b.x) and torch.equal(a.y, b.y)
+        torch.testing.assert_close(b.pos.norm(dim=1), torch.ones(16))
+    with pytest.raises(ValueError, match=r"\[N, 1\]"):
+        circle_coordinates(torch.zeros(3, 2))

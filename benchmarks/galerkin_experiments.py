@@ -1,0 +1,524 @@
+"""Cao's Burgers (§5.1) and inverse coefficient (§5.3) experiments with the Galerkin and Fourier
+transformers, trained on one discretisation and scored on others they were not trained on.
+
+    python benchmarks/galerkin_experiments.py --experiment burgers --scale cpu --out bench_out/burgers --figure docs/images/burgers_errors.png
+    python benchmarks/galerkin_experiments.py --experiment inverse --scale cpu --out bench_out/inverse --figure docs/images/inverse_errors.png
+    python benchmarks/galerkin_experiments.py --experiment burgers --scale gpu --device cuda --out bench_out/burgers_gpu
+    python benchmarks/galerkin_experiments.py --experiment inverse --scale gpu --device cuda --out bench_out/inverse_gpu
+
+``burgers``: viscous Burgers' equation, :math:`u_0 \\mapsto u(\\cdot, 1)`, :math:`\\nu = 0.1`
+(:mod:`geoattn.data.burgers`). For each resolution ``n`` the Galerkin (GT) and Fourier (FT)
+transformers are trained on the uniform grid of ``n`` points and scored, without retraining, on
+the uniform test grid, on a random non-uniform grid of ``n`` nodes per test sample (drawn from the
+fine grid with density :math:`\\propto \\sqrt{|u'|^2 + \\nu |u''|^2}` of the solution, periodic
+trapezoid weights), on the same kind of grid with Cao's density of the initial data, and, as the
+ablation, on the non-uniform grid with node-average weights :math:`1/n` in place of the trapezoid
+weights (on the uniform training grid the two weights coincide, so the ablation model is the same
+trained model).
+
+``inverse``: the Darcy inverse coefficient problem (:mod:`geoattn.data.inverse`): noisy solution
+on an irregular input mesh to the piecewise-constant coefficient on a coarser irregular mesh, for
+each noise level; the model reads one mesh and answers on the other through a Galerkin (resp.
+Fourier) cross-attention decoder. Each model is scored on the training mesh and on input meshes
+it was not trained on (a graded mesh and a finer irregular mesh), with the noise variance of the
+training mesh interpolated to them.
+
+Every score is the mean over the test samples of the weighted relative L2 error. ``--scale gpu``
+is the paper's setting (1024 training and 100 test samples, 100 epochs, width 96 / depth 4 / one
+head for Burgers, width 192 / depth 6 / four heads for the inverse problem).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch_geometric.data import Batch
+
+from geoattn.data.burgers import burgers_data, nonuniform_samples, on_circle, uniform_samples
+from geoattn.data.inverse import NOISE_LEVELS, InverseProblem, node_variance
+from geoattn.mesh import families
+from geoattn.models import GalerkinTransformer
+from geoattn.nn import FourierAttention, GalerkinAttention
+from geoattn.optional import progress
+from geoattn.train import NormalizedOperator, Trainer, relative_l2
+from geoattn.train.trainer import evaluate_errors
+
+log = logging.getLogger("galerkin_experiments")
+
+MODELS = {"GT": "galerkin", "FT": "fourier"}
+CROSS_ATTENTION = {"galerkin": GalerkinAttention, "fourier": FourierAttention}
+
+#: Table 2a of the paper, relative error of the "Ln on K,V" GT and "Ln on Q,K" FT rows.
+PAPER_BURGERS = {"GT": {512: 1.203e-3, 2048: 1.150e-3, 8192: 1.025e-3},
+                 "FT": {512: 1.135e-3, 2048: 1.123e-3, 8192: 1.071e-3}}
+#: Table 3 of the paper, (n_f, n_c) = (141, 36), relative error by noise level.
+PAPER_INVERSE = {"GT": {0.0: 1.944e-2, 0.01: 2.552e-2, 0.1: 6.689e-2},
+                 "FT": {0.0: 1.921e-2, 0.01: 2.717e-2, 0.1: 6.725e-2}}
+TARGET_RATIO = 1.25  # stated target: non-uniform error <= 1.25 x uniform error
+
+
+@dataclass
+class BurgersScale:
+    """Sizes of a Burgers run: the solver's collocation grid and time step, the fine grid the
+    non-uniform nodes are drawn from, samples, resolutions, training and model sizes."""
+
+    grid: int
+    fine: int
+    n_train: int
+    n_test: int
+    resolutions: tuple[int, ...]
+    epochs: int
+    batch_size: int = 8
+    lr: float = 1e-3
+    width: int = 32
+    depth: int = 4
+    num_heads: int = 1
+    dt: float = 2e-3
+
+
+@dataclass
+class InverseScale:
+    """Sizes of an inverse run: input mesh ``unit_square(mesh_n, "irregular")``, target mesh
+    ``unit_square(target_n, "irregular")``, samples, noise levels, training and model sizes."""
+
+    mesh_n: int
+    target_n: int
+    n_train: int
+    n_test: int
+    epochs: int
+    noise: tuple[float, ...] = NOISE_LEVELS
+    batch_size: int = 4
+    lr: float = 1e-3
+    width: int = 32
+    depth: int = 3
+    num_heads: int = 4
+
+
+SCALES = {
+    "burgers": {
+        "tiny": BurgersScale(grid=256, fine=1024, n_train=4, n_test=2, resolutions=(64, 128), epochs=1,
+                             batch_size=2, width=8, depth=1),
+        "cpu": BurgersScale(grid=2048, fine=8192, n_train=128, n_test=32, resolutions=(512, 2048),
+                            epochs=40),
+        "gpu": BurgersScale(grid=8192, fine=32768, n_train=1024, n_test=100,
+                            resolutions=(512, 2048, 8192), epochs=100, width=96, depth=4),
+    },
+    "inverse": {
+        "tiny": InverseScale(mesh_n=8, target_n=4, n_train=4, n_test=2, epochs=1, batch_size=2,
+                             width=8, depth=1, num_heads=2),
+        "cpu": InverseScale(mesh_n=24, target_n=12, n_train=128, n_test=32, epochs=20),
+        "gpu": InverseScale(mesh_n=140, target_n=35, n_train=1024, n_test=100, epochs=100,
+                            width=192, depth=6),
+    },
+}
+
+
+class CrossGalerkinTransformer(GalerkinTransformer):
+    """A :class:`~geoattn.models.GalerkinTransformer` that answers on a query mesh: the encoder on
+    the input mesh, then one Galerkin (or Fourier) cross-attention from an embedding of the query
+    coordinates, :math:`z(y) = \\operatorname{LN}(E(y) + C(E(y), h))`, and the pointwise projection
+    (the ``decoder="cross"`` path of :class:`~geoattn.models.encoder.EncoderOperator`)."""
+
+    def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
+                 depth: int = 3, num_heads: int = 4, attention: str = "galerkin"):
+        super().__init__(in_channels, out_channels, dim=dim, width=width, depth=depth,
+                         num_heads=num_heads, attention=attention)
+        self.decoder = "cross"
+        self.build_cross_decoder(CROSS_ATTENTION[attention](width, num_heads=num_heads, dim=dim), width, dim)
+
+    def forward(self, x, pos, weight, batch=None, *, pos_query=None, batch_query=None):
+        if pos_query is None:
+            pos_query, batch_query = pos, batch
+        h = self.encode(x, pos, weight, batch)
+        return self.project(self.decode_cross(h, pos, weight, batch, pos_query, batch_query))
+
+
+def _mean(errors: torch.Tensor) -> float:
+    return float(errors.mean())  # quadrature-ok: mean over samples
+
+
+def _parameters(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
+# --------------------------------------------------------------------------------------------
+# Burgers
+
+
+def node_average_operator(op: NormalizedOperator) -> NormalizedOperator:
+    """The same trained model and normalisers, fed node-average weights (the ablation)."""
+    ablation = NormalizedOperator(op.model, unweighted=True)
+    ablation.x_normalizer.load_state_dict(op.x_normalizer.state_dict())
+    ablation.y_normalizer.load_state_dict(op.y_normalizer.state_dict())
+    return ablation
+
+
+def run_burgers(scale: BurgersScale, device: torch.device, seed: int = 0, show_progress: bool = False) -> dict:
+    """Train GT and FT at every resolution on the uniform grid; score on every test grid."""
+    tic = time.perf_counter()
+    train_data = burgers_data(scale.n_train, seed, grid=scale.grid, dt=scale.dt, show_progress=show_progress)
+    test_data = burgers_data(scale.n_test, seed, grid=scale.grid, dt=scale.dt, start=scale.n_train,
+                             show_progress=show_progress)
+    data_seconds = time.perf_counter() - tic
+    log.info("burgers: %d + %d samples solved in %.1f s", scale.n_train, scale.n_test, data_seconds)
+    rows, keep = {}, {}
+    for n in scale.resolutions:
+        train = [d.to(device) for d in on_circle(uniform_samples(train_data, n))]
+        tests = {"uniform": uniform_samples(test_data, n)}
+        if n < scale.fine:
+            tests["non-uniform"] = nonuniform_samples(test_data, n, scale.fine, density="solution")
+            tests["non-uniform (initial)"] = nonuniform_samples(test_data, n, scale.fine, density="initial")
+        tests = {k: [d.to(device) for d in on_circle(v)] for k, v in tests.items()}
+        batch = scale.batch_size if n < 8192 else max(1, scale.batch_size // 2)
+        for short, attention in MODELS.items():
+            torch.manual_seed(seed)
+            # the periodic interval enters as the unit circle (on_circle): periodic coordinates
+            model = GalerkinTransformer(1, 1, dim=2, width=scale.width, depth=scale.depth,
+                                        num_heads=scale.num_heads, attention=attention)
+            op = NormalizedOperator(model).to(device)
+            trainer = Trainer(op, epochs=scale.epochs, batch_size=batch, lr=scale.lr, seed=seed,
+                              progress=show_progress)
+            history = trainer.fit(train)
+            row = {"model": short, "n": n, "parameters": _parameters(op), "epochs": scale.epochs,
+                   "train_seconds": float(sum(h["seconds"] for h in history)),
+                   "train_error": history[-1]["train"]}
+            for name, samples in tests.items():
+                row[name] = _mean(evaluate_errors(op, samples, batch))
+            if "non-uniform" in tests:
+                row["node-average"] = _mean(evaluate_errors(node_average_operator(op), tests["non-uniform"], batch))
+                row["ratio"] = row["non-uniform"] / row["uniform"]
+                row["ablation_ratio"] = row["node-average"] / row["uniform"]
+            rows[f"{short}-{n}"] = row
+            keep[f"{short}-{n}"] = op
+            log.info("burgers %s n=%d: %s", short, n, row)
+    return {"rows": rows, "data_seconds": data_seconds, "operators": keep, "test_data": test_data}
+
+
+def burgers_markdown(results: dict, scale: BurgersScale) -> str:
+    """Markdown table of a Burgers run beside the paper's Table 2a."""
+    out = [f"Burgers, nu = 0.1: test relative L2 error, mean of {scale.n_test} samples "
+           f"({scale.n_train} training samples, {scale.epochs} epochs, width {scale.width}, "
+           f"depth {scale.depth}).\n",
+           "| model | n | geoattn (uniform) | geoattn (non-uniform, not trained on) | non-uniform / uniform "
+           "| node-average ablation (non-uniform) | Cao's density (from u0) | paper (Table 2a, uniform) "
+           "| train s |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for row in results["rows"].values():
+        paper = PAPER_BURGERS[row["model"]].get(row["n"])
+
+        def cell(key):
+            return f"{row[key]:.3e}" if key in row else "-"
+
+        ratio = f"{row['ratio']:.2f}" if "ratio" in row else "-"
+        out.append(f"| {row['model']} | {row['n']} | {cell('uniform')} | {cell('non-uniform')} | {ratio} "
+                   f"| {cell('node-average')} | {cell('non-uniform (initial)')} "
+                   f"| {'-' if paper is None else f'{paper:.3e}'} | {row['train_seconds']:.0f} |")
+    return "\n".join(out) + "\n"
+
+
+def save_figure(fig, path: Path, dpi: int) -> None:
+    """Write ``fig`` as a PNG with a 256-colour palette (a third of the size, for the docs)."""
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    with Image.open(path) as image:
+        image.convert("RGB").quantize(256).save(path, optimize=True)
+
+
+def plot_burgers(results: dict, scale: BurgersScale, path: Path) -> None:
+    """One test sample on its non-uniform grid (input, target, predictions) and the errors."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = scale.resolutions[0]
+    data = results["test_data"]
+    sample = nonuniform_samples(data, n, scale.fine, density="solution")[0]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    x = sample.pos[:, 0].numpy()
+    axes[0].plot(x, sample.x[:, 0].numpy(), lw=0.7, color="0.4")
+    axes[0].plot(x, np.zeros_like(x) + sample.x.min().item() - 0.1, "|", ms=4, color="C3", alpha=0.3)
+    axes[0].set_title(f"input u0 at the {n} non-uniform nodes", fontsize=9)
+    ax = axes[1]
+    ax.plot(x, sample.y[:, 0].numpy(), "k-", lw=2, label="u(1), exact")
+    op = results["operators"][f"GT-{n}"]
+    device = next(op.parameters()).device
+    with torch.no_grad():
+        op.eval()
+        s = on_circle([sample])[0].to(device)
+        for name, o in (("GT, trapezoid weights", op), ("GT, node-average weights", node_average_operator(op))):
+            pred = o(s.x, s.pos, s.weight).cpu()[:, 0].numpy()
+            ax.plot(x, pred, "--" if "trapezoid" in name else ":", lw=1.2, label=name)
+    ax.legend(fontsize=7)
+    ax.set_title(f"target and predictions (trained on the uniform {n}-grid)", fontsize=9)
+    ax = axes[2]
+    labels = list(results["rows"])
+    keys = [("uniform", "uniform"), ("non-uniform", "non-uniform"), ("node-average", "node-average ablation")]
+    width = 0.8 / len(keys)
+    for k, (key, label) in enumerate(keys):
+        ax.bar(np.arange(len(labels)) + k * width,
+               [results["rows"][m].get(key, np.nan) for m in labels], width, label=label)
+    ax.set_xticks(np.arange(len(labels)) + width, labels, fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("test relative L2 error")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=90)
+
+
+# --------------------------------------------------------------------------------------------
+# inverse coefficient problem
+
+
+def collate_cross(samples) -> Batch:
+    """A batch of input-mesh / query-mesh samples: ``pos_query_batch`` is the query batch vector."""
+    return Batch.from_data_list(list(samples), follow_batch=["pos_query"])
+
+
+def cross_errors(op: torch.nn.Module, batch: Batch) -> torch.Tensor:
+    """Per-sample relative L2 errors ``[B]`` on the query mesh (its weights)."""
+    pred = op(batch.x, batch.pos, batch.weight, batch.batch, pos_query=batch.pos_query,
+              batch_query=batch.pos_query_batch)
+    return relative_l2(pred, batch.y, batch.weight_query, batch.pos_query_batch, batch.num_graphs,
+                       reduction="none")
+
+
+@torch.no_grad()
+def evaluate_cross(op: torch.nn.Module, samples, batch_size: int) -> torch.Tensor:
+    """Relative errors ``[S]`` on every sample (eval mode)."""
+    op.eval()
+    device = next(op.parameters()).device
+    out = [cross_errors(op, collate_cross(samples[i:i + batch_size]).to(device))
+           for i in range(0, len(samples), batch_size)]
+    op.train()
+    return torch.cat(out)
+
+
+def fit_cross(op: NormalizedOperator, train, epochs: int, batch_size: int, lr: float, seed: int = 0,
+              weight_decay: float = 1e-4, clip: float = 1.0, show_progress: bool = False) -> list[dict]:
+    """The loop of :class:`~geoattn.train.Trainer` (AdamW, one-cycle schedule, gradient
+    clipping, seeded shuffles, the mean per-sample weighted relative L2 error as the loss) for a
+    model whose output lives on the query mesh of each sample."""
+    op.x_normalizer.fit((d.x, d.weight) for d in train)
+    op.y_normalizer.fit((d.y, d.weight_query) for d in train)
+    device = next(op.parameters()).device
+    steps = math.ceil(len(train) / batch_size)
+    optimizer = torch.optim.AdamW(op.parameters(), lr=lr, weight_decay=weight_decay)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=epochs * steps)
+    history = []
+    bar = progress(total=epochs * steps, enabled=show_progress, desc="train", unit="step", leave=False)
+    for epoch in range(epochs):
+        tic = time.perf_counter()
+        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
+        op.train()
+        total = 0.0
+        for step in range(steps):
+            ids = order[step * batch_size:(step + 1) * batch_size]
+            errors = cross_errors(op, collate_cross([train[int(i)] for i in ids]).to(device))
+            loss = errors.mean()  # quadrature-ok: mean over samples
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"training loss is {loss.item()} at epoch {epoch}; lower the learning rate")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(op.parameters(), clip)
+            optimizer.step()
+            schedule.step()
+            total += float(errors.detach().sum())
+            bar.update()
+        history.append({"epoch": epoch, "train": total / len(train), "seconds": time.perf_counter() - tic})
+    bar.close()
+    return history
+
+
+def inverse_meshes(scale: InverseScale) -> tuple[dict, object]:
+    """Input meshes (``"train"``: irregular; ``"graded"``; ``"finer"``: another irregular mesh
+    with 1.5x the cells per side) and the coarser irregular target mesh."""
+    n = scale.mesh_n
+    meshes = {"train": families.unit_square(n, "irregular", seed=0),
+              "graded": families.unit_square(n, "graded"),
+              "finer": families.unit_square(round(1.5 * n), "irregular", seed=1)}
+    return meshes, families.unit_square(scale.target_n, "irregular", seed=2)
+
+
+def run_inverse(scale: InverseScale, device: torch.device, seed: int = 0, show_progress: bool = False) -> dict:
+    """Train GT and FT for each noise level on the training mesh; score on every input mesh."""
+    meshes, target = inverse_meshes(scale)
+    tic = time.perf_counter()
+    problem = InverseProblem(meshes, target)
+    train_data = problem.clean(scale.n_train, seed, show_progress=show_progress)
+    test_data = problem.clean(scale.n_test, seed, start=scale.n_train, show_progress=show_progress)
+    data_seconds = time.perf_counter() - tic
+    variance = {"train": node_variance(train_data.solutions["train"])}
+    for name in meshes:
+        if name != "train":
+            # P1 interpolation keeps the sign up to round-off in the barycentric coordinates
+            variance[name] = np.maximum(problem.transfer(variance["train"], "train", name), 0.0)
+    nodes = {name: len(m.points) for name, m in meshes.items()} | {"target": len(target.points)}
+    log.info("inverse: meshes %s; %d + %d samples in %.1f s", nodes, scale.n_train, scale.n_test, data_seconds)
+    rows, keep = {}, {}
+    for eps in scale.noise:
+        train = [d.to(device) for d in problem.samples(train_data, "train", eps, variance["train"])]
+        tests = {name: [d.to(device) for d in problem.samples(test_data, name, eps, variance[name])]
+                 for name in meshes}
+        for short, attention in MODELS.items():
+            torch.manual_seed(seed)
+            model = CrossGalerkinTransformer(1, 1, dim=2, width=scale.width, depth=scale.depth,
+                                             num_heads=scale.num_heads, attention=attention)
+            op = NormalizedOperator(model).to(device)
+            history = fit_cross(op, train, scale.epochs, scale.batch_size, scale.lr, seed,
+                                show_progress=show_progress)
+            row = {"model": short, "noise": eps, "parameters": _parameters(op), "epochs": scale.epochs,
+                   "train_seconds": float(sum(h["seconds"] for h in history)),
+                   "train_error": history[-1]["train"]}
+            for name, samples in tests.items():
+                row[name] = _mean(evaluate_cross(op, samples, scale.batch_size))
+            row["ratio"] = max(row[name] for name in meshes if name != "train") / row["train"]
+            rows[f"{short}-{eps:g}"] = row
+            keep[f"{short}-{eps:g}"] = op
+            log.info("inverse %s eps=%g: %s", short, eps, row)
+    return {"rows": rows, "nodes": nodes, "data_seconds": data_seconds, "operators": keep,
+            "problem": problem, "test_data": test_data, "variance": variance}
+
+
+def inverse_markdown(results: dict, scale: InverseScale) -> str:
+    """Markdown table of an inverse run beside the paper's Table 3."""
+    nodes = results["nodes"]
+    out = [f"Inverse coefficient problem: test relative L2 error of the coefficient on the target mesh "
+           f"({nodes['target']} nodes), mean of {scale.n_test} samples ({scale.n_train} training samples, "
+           f"{scale.epochs} epochs, width {scale.width}, depth {scale.depth}). Input meshes: training "
+           f"{nodes['train']} nodes, graded {nodes['graded']}, finer {nodes['finer']}.\n",
+           "| model | noise | geoattn (training mesh) | geoattn (graded, not trained on) "
+           "| geoattn (finer, not trained on) | worst / training | paper (Table 3, 141 -> 36) | train s |",
+           "|---|---|---|---|---|---|---|---|"]
+    for row in results["rows"].values():
+        paper = PAPER_INVERSE[row["model"]].get(row["noise"])
+        out.append(f"| {row['model']} | {row['noise']:g} | {row['train']:.3e} | {row['graded']:.3e} "
+                   f"| {row['finer']:.3e} | {row['ratio']:.2f} | {'-' if paper is None else f'{paper:.3e}'} "
+                   f"| {row['train_seconds']:.0f} |")
+    return "\n".join(out) + "\n"
+
+
+def plot_inverse(results: dict, scale: InverseScale, path: Path) -> None:
+    """One test sample: noisy input on the graded mesh, true and predicted coefficient; errors."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.tri import Triangulation
+
+    problem, data = results["problem"], results["test_data"]
+    eps = scale.noise[1] if len(scale.noise) > 1 else scale.noise[0]
+    op = results["operators"][f"GT-{eps:g}"]
+    sample = problem.samples(data, "graded", eps, results["variance"]["graded"])[0]
+    device = next(op.parameters()).device
+    with torch.no_grad():
+        op.eval()
+        s = sample.to(device)
+        pred = op(s.x, s.pos, s.weight, pos_query=s.pos_query).cpu()[:, 0].numpy()
+    mesh_in = problem.meshes["graded"]
+    tri_in = Triangulation(mesh_in.points[:, 0], mesh_in.points[:, 1], mesh_in.cells[-1].data)
+    tgt = problem.target
+    tri_t = Triangulation(tgt.points[:, 0], tgt.points[:, 1], tgt.cells[-1].data)
+    fig, axes = plt.subplots(1, 4, figsize=(13, 3.2), gridspec_kw={"width_ratios": [1, 1, 1, 1.2]})
+    im = axes[0].tripcolor(tri_in, sample.x[:, 0].numpy(), shading="gouraud", cmap="viridis")
+    axes[0].triplot(tri_in, lw=0.15, color="w", alpha=0.5)
+    axes[0].set_title(f"input u + noise, eps = {eps:g}\n(graded mesh)", fontsize=8)
+    fig.colorbar(im, ax=axes[0], fraction=0.046)
+    for ax, values, title in ((axes[1], sample.y[:, 0].numpy(), "coefficient on the target mesh"),
+                              (axes[2], pred, "GT prediction from the graded mesh")):
+        im = ax.tripcolor(tri_t, values, shading="gouraud", cmap="coolwarm", vmin=3, vmax=12)
+        ax.triplot(tri_t, lw=0.2, color="k", alpha=0.3)
+        ax.set_title(title, fontsize=9)
+        fig.colorbar(im, ax=ax, fraction=0.046)
+    for ax in axes[:3]:
+        ax.set_aspect("equal")
+        ax.set_xticks([])
+        ax.set_yticks([])
+    ax = axes[3]
+    for short in MODELS:
+        for mesh, style in (("train", "o-"), ("graded", "s--"), ("finer", "^:")):
+            errs = [results["rows"][f"{short}-{e:g}"][mesh] for e in scale.noise]
+            ax.plot(range(len(scale.noise)), errs, style, label=f"{short}, {mesh}", ms=4)
+    ax.set_xticks(range(len(scale.noise)), [f"{e:g}" for e in scale.noise])
+    ax.set_xlabel("noise level eps")
+    ax.set_ylabel("test relative L2 error")
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=80)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--experiment", required=True, choices=sorted(SCALES))
+    parser.add_argument("--scale", default="cpu", choices=("tiny", "cpu", "gpu"))
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--epochs", type=int, help="override the scale's epochs")
+    parser.add_argument("--n-train", type=int, help="override the scale's training samples")
+    parser.add_argument("--width", type=int, help="override the scale's width")
+    parser.add_argument("--out", type=Path, help="folder for results.json and table.md")
+    parser.add_argument("--figure", type=Path, help="write the figure (PNG) here")
+    parser.add_argument("--progress", action="store_true", help="progress bars")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
+    log.setLevel(logging.INFO)
+    torch.set_num_threads(args.threads)
+    scale = SCALES[args.experiment][args.scale]
+    scale = replace(scale, **{k: v for k, v in (("epochs", args.epochs), ("n_train", args.n_train),
+                                                  ("width", args.width)) if v is not None})
+    device = torch.device(args.device)
+    tic = time.perf_counter()
+    load_start = os.getloadavg()
+    if args.experiment == "burgers":
+        results = run_burgers(scale, device, args.seed, args.progress)
+        table = burgers_markdown(results, scale)
+        met = {k: r["ratio"] <= TARGET_RATIO for k, r in results["rows"].items() if "ratio" in r}
+    else:
+        results = run_inverse(scale, device, args.seed, args.progress)
+        table = inverse_markdown(results, scale)
+        met = {k: r["ratio"] <= TARGET_RATIO for k, r in results["rows"].items()}
+    total = time.perf_counter() - tic
+    load = os.getloadavg()
+    machine = (torch.cuda.get_device_name(device) if device.type == "cuda" else
+               f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch thread(s)")
+    footer = (f"scale {args.scale}, seed {args.seed}, device {device} ({machine}); data "
+              f"{results['data_seconds']:.0f} s, total {total:.0f} s; load average (1 / 5 / 15 min) "
+              f"{load_start[0]:.2f} / {load_start[1]:.2f} / {load_start[2]:.2f} at the start, "
+              f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} at the end.\n"
+              f"Target (non-uniform / other-mesh error <= {TARGET_RATIO} x training-grid error): "
+              + ", ".join(f"{k} {'met' if v else 'missed'}" for k, v in met.items()) + "\n")
+    print(table + "\n" + footer)
+    results["target_met"] = met
+    if args.figure:
+        (plot_burgers if args.experiment == "burgers" else plot_inverse)(results, scale, args.figure)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "table.md").write_text(table + "\n" + footer)
+        plain = {"experiment": args.experiment, "scale": args.scale, "settings": asdict(scale),
+                 "seed": args.seed, "device": str(device), "machine": machine, "seconds": total,
+                 "load_start": load_start, "load_end": load, "rows": results["rows"],
+                 "target_met": met, "data_seconds": results["data_seconds"]}
+        (args.out / "results.json").write_text(json.dumps(plain, indent=1))
+    return results
+
+
+if __name__ == "__main__":
+    main()

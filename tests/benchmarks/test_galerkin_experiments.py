@@ -1,0 +1,82 @@
+"""Smoke runs of ``benchmarks/galerkin_experiments.py`` at the tiny scale, and its pieces."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from geoattn.data.burgers import burgers_data, nonuniform_samples, on_circle
+from geoattn.train import NormalizedOperator
+
+THREADS = ["--threads", str(torch.get_num_threads())]  # leave the session's thread count as it is
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "galerkin_experiments.py"
+
+
+@pytest.fixture(scope="module")
+def gx():
+    spec = importlib.util.spec_from_file_location("galerkin_experiments", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+def test_burgers_tiny_run(gx, tmp_path):
+    results = gx.main(["--experiment", "burgers", "--scale", "tiny", "--out", str(tmp_path), *THREADS,
+                       "--figure", str(tmp_path / "burgers.png")])
+    rows = results["rows"]
+    assert set(rows) == {"GT-64", "FT-64", "GT-128", "FT-128"}
+    for row in rows.values():
+        for key in ("uniform", "non-uniform", "node-average", "non-uniform (initial)"):
+            assert 0 < row[key] < 10
+        assert row["ratio"] == pytest.approx(row["non-uniform"] / row["uniform"])
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["settings"]["resolutions"] == [64, 128] and set(saved["target_met"]) == set(rows)
+    table = (tmp_path / "table.md").read_text()
+    assert "| GT | 64 |" in table and "load average" in table
+    assert (tmp_path / "burgers.png").stat().st_size > 1000
+
+
+def test_inverse_tiny_run(gx, tmp_path):
+    results = gx.main(["--experiment", "inverse", "--scale", "tiny", "--out", str(tmp_path), *THREADS,
+                       "--figure", str(tmp_path / "inverse.png")])
+    assert set(results["rows"]) == {f"{m}-{e:g}" for m in ("GT", "FT") for e in (0.0, 0.01, 0.1)}
+    for row in results["rows"].values():
+        assert all(0 < row[k] < 10 for k in ("train", "graded", "finer"))
+    assert "| FT | 0.1 |" in (tmp_path / "table.md").read_text()
+    assert (tmp_path / "inverse.png").stat().st_size > 1000
+
+
+def test_node_average_ablation_shares_the_model(gx):
+    data = burgers_data(2, seed=0, grid=64, dt=1e-2)
+    sample = on_circle(nonuniform_samples(data, 24, 96))[0]
+    op = NormalizedOperator(gx.GalerkinTransformer(1, 1, dim=2, width=8, depth=1, num_heads=1))
+    op.x_normalizer.fit([(sample.x, sample.weight)])
+    op.y_normalizer.fit([(sample.y, sample.weight)])
+    ablation = gx.node_average_operator(op)
+    assert ablation.model is op.model and ablation.unweighted
+    with torch.no_grad():
+        uniform = torch.full_like(sample.weight, 1 / 24)
+        torch.testing.assert_close(ablation(sample.x, sample.pos, sample.weight),
+                                   op(sample.x, sample.pos, uniform))
+        assert not torch.allclose(ablation(sample.x, sample.pos, sample.weight),
+                                  op(sample.x, sample.pos, sample.weight))
+
+
+def test_cross_model_answers_on_the_query_mesh(gx):
+    torch.manual_seed(0)
+    model = gx.CrossGalerkinTransformer(1, 1, dim=2, width=8, depth=1, num_heads=2, attention="fourier")
+    x, pos, w = torch.randn(30, 1), torch.rand(30, 2), torch.full((30,), 1 / 30)
+    q = torch.rand(7, 2)
+    assert model(x, pos, w, pos_query=q).shape == (7, 1)
+    # a batch of two graphs equals the graphs one by one, with query batches of other sizes
+    x2, pos2, w2, q2 = torch.randn(20, 1), torch.rand(20, 2), torch.full((20,), 1 / 20), torch.rand(4, 2)
+    both = model(torch.cat([x, x2]), torch.cat([pos, pos2]), torch.cat([w, w2]),
+                 torch.cat([torch.zeros(30, dtype=torch.long), torch.ones(20, dtype=torch.long)]),
+                 pos_query=torch.cat([q, q2]),
+                 batch_query=torch.cat([torch.zeros(7, dtype=torch.long), torch.ones(4, dtype=torch.long)]))
+    torch.testing.assert_close(both, torch.cat([model(x, pos, w, pos_query=q), model(x2, pos2, w2, pos_query=q2)]))
