@@ -5,16 +5,17 @@ numpy and scipy. Other packages are imported where a feature uses them, through
 :func:`require`, so that ``import geoattn.models`` stays light and a missing package says which
 extra to install:
 
-=============  ===================  ===================================================
-extra          packages             features
-=============  ===================  ===================================================
-``data``       scikit-fem, h5py     Darcy data, mesh families and refinement, dataset files
-``plot``       matplotlib           figures of reports and predictions
-``progress``   tqdm                 progress bars (torch-geometric installs it too)
-``partition``  pymetis              METIS partitions (coordinate bisection otherwise)
-``nufft``      finufft              NUFFT spectral transforms (dense transforms otherwise)
-``all``        all five             the demo and the test suite
-=============  ===================  ===================================================
+===============  ===================  ===================================================
+extra            packages             features
+===============  ===================  ===================================================
+``data``         scikit-fem, h5py     Darcy data, mesh families and refinement, dataset files
+``plot``         matplotlib           figures of reports and predictions
+``progress``     tqdm                 progress bars (torch-geometric installs it too)
+``partition``    pymetis              METIS partitions (coordinate bisection otherwise)
+``nufft``        finufft              NUFFT spectral transforms (dense transforms otherwise)
+``tensorboard``  tensorboard          TensorBoard logs of training (``--tensorboard``)
+``all``          all six              the demo and the test suite
+===============  ===================  ===================================================
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ import torch
 from ..errors import CheckpointError, ConfigError, DatasetFileError
 from ..models import MODELS, build_model
 from ..models.base import RENAMED_ARGUMENTS
+from ..optional import require
 from ..train import NormalizedOperator, Trainer, init_distributed, load_checkpoint
 from ..train.checkpoint import check_writable
 from ..train.trainer import PRECISIONS, check_precision, resolve_device
@@ -77,6 +78,8 @@ def add_args(parser: argparse.ArgumentParser) -> None:
                         help="last fraction of samples kept for validation, in [0, 1) (default: %(default)s)")
     parser.add_argument("--unweighted", action="store_true", help="node-average ablation")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
+    parser.add_argument("--tensorboard", action="store_true",
+                        help="also log the metrics for TensorBoard in OUT/tensorboard (the tensorboard extra)")
     parser.add_argument("--no-progress", action="store_true")
 
 
@@ -193,6 +196,8 @@ def run(args: argparse.Namespace) -> int:
     out = check_writable(args.out, folder=True)
     device = train_kw["device"] = resolve_device(train_kw.get("device", "auto"))
     check_precision(train_kw.get("precision", "fp32"), device)
+    if args.tensorboard:
+        require("tensorboard", "tensorboard", "--tensorboard")  # fail now, not after reading the data
     init_distributed(device)  # no-op unless launched by torchrun; NCCL only for a CUDA device
     dataset = DarcyDataset(args.data, mesh=args.mesh)
     samples = [dataset[i] for i in range(len(dataset))]
@@ -211,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
     except (TypeError, ValueError, RuntimeError, MemoryError) as err:
         raise ConfigError(f"cannot build model {name!r} with {model_kw}: {err}") from err
     op = NormalizedOperator(model, unweighted=args.unweighted)
-    trainer = Trainer(op, out, progress=not args.no_progress, **train_kw)
+    trainer = Trainer(op, out, progress=not args.no_progress, tensorboard=args.tensorboard, **train_kw)
     if state is not None:
         _check_resumable(state, last, op, trainer.epochs * math.ceil(len(train) / trainer.batch_size))
     history = trainer.fit(train, val or None, resume=args.resume)

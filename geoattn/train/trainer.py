@@ -15,6 +15,7 @@ and the loss stay in the model's own dtype.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import logging
 import math
@@ -30,13 +31,14 @@ from torch_geometric.data import Batch
 from ..errors import ChannelError, ConfigError, FieldLengthError, NonFiniteLossError
 from ..mesh.validation import located, validate_sample
 from ..optional import progress as progress_bar
+from ..optional import require
 from .checkpoint import load_checkpoint, operator_payload, save_checkpoint
 from .loss import relative_h1, relative_l2
 from .operator import NormalizedOperator
 
 log = logging.getLogger(__name__)
 
-LAST, BEST, METRICS = "last.pt", "best.pt", "metrics.csv"
+LAST, BEST, METRICS, TENSORBOARD = "last.pt", "best.pt", "metrics.csv", "tensorboard"
 #: autocast dtype of each precision (``None``: no autocast)
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -185,10 +187,14 @@ class Trainer:
         precision: ``"fp32"`` (default), ``"bf16"`` (forward pass under bfloat16 autocast, CPU or
             GPU) or ``"fp16"`` (float16 autocast with a gradient scaler, CUDA only). Validation
             errors are computed without autocast.
+        tensorboard: also log the ``metrics.csv`` columns (``train``, ``val``, ``lr``,
+            ``seconds``) per epoch for TensorBoard, in ``out_dir/tensorboard`` (``True``) or in
+            the folder given; needs the ``tensorboard`` extra (default ``False``).
 
     Raises:
         ConfigError: an unknown or unavailable device or precision (:func:`resolve_device`,
-            :func:`check_precision`).
+            :func:`check_precision`), or ``tensorboard=True`` without an ``out_dir``.
+        MissingDependencyError: ``tensorboard`` asked for and the package not installed.
 
     The settings, device and precision included, are stored under ``"trainer"`` in the
     checkpoints.
@@ -197,7 +203,8 @@ class Trainer:
     def __init__(self, operator: NormalizedOperator, out_dir: str | Path | None = None, *,
                  epochs: int = 20, batch_size: int = 4, lr: float = 1e-3, weight_decay: float = 1e-4,
                  clip: float | None = 1.0, h1: bool = False, seed: int = 0, progress: bool = True,
-                 device: str | torch.device | None = None, precision: str = "fp32"):
+                 device: str | torch.device | None = None, precision: str = "fp32",
+                 tensorboard: bool | str | Path = False):
         self.operator = operator
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.epochs, self.batch_size, self.lr = epochs, batch_size, lr
@@ -215,6 +222,16 @@ class Trainer:
             raise ConfigError(f"the process group uses NCCL, which needs the model on CUDA, but the "
                               f"device is {str(self.device)!r}; train on CUDA or start the group with gloo")
         self.history: list[dict[str, float]] = []
+        self.tensorboard = None
+        if tensorboard is True:
+            if self.out_dir is None:
+                raise ConfigError("tensorboard=True writes to out_dir/tensorboard: give an out_dir, "
+                                  "or the TensorBoard folder itself")
+            self.tensorboard = self.out_dir / TENSORBOARD
+        elif tensorboard is not False and tensorboard is not None:
+            self.tensorboard = Path(tensorboard)
+        if self.tensorboard is not None:
+            require("tensorboard", "tensorboard", "TensorBoard logging")  # fail now, not after an epoch
 
     @property
     def settings(self) -> dict:
@@ -241,6 +258,15 @@ class Trainer:
     def _write(self, name: str, payload: dict) -> None:
         if self.out_dir is not None and self.rank == 0:
             save_checkpoint(self.out_dir / name, payload)
+
+    def _summary_writer(self, start: int):
+        """A TensorBoard writer (rank 0, when asked for) as a context manager, dropping events of
+        epochs >= ``start`` that an interrupted run left behind; otherwise one that gives ``None``."""
+        if self.tensorboard is None or self.rank != 0:
+            return contextlib.nullcontext()
+        from torch.utils.tensorboard import SummaryWriter
+
+        return SummaryWriter(str(self.tensorboard), purge_step=start if start else None)
 
     def _write_metrics(self) -> None:
         if self.out_dir is None or self.rank != 0 or not self.history:
@@ -294,53 +320,59 @@ class Trainer:
             step_model = torch.nn.parallel.DistributedDataParallel(op, device_ids=ids)
         bar = progress_bar(total=(self.epochs - start) * steps, enabled=self.progress and self.rank == 0,
                            desc="train", unit="step", leave=False)
-        for epoch in range(start, self.epochs):
-            tic = time.perf_counter()
-            torch.manual_seed(self.seed * 100_003 + epoch)
-            order = torch.randperm(len(train), generator=torch.Generator().manual_seed(self.seed * 100_003 + epoch))
-            op.train()
-            total = torch.zeros(2, dtype=torch.float64, device=device)  # [sum of errors, count]
-            for step in range(steps):
-                ids = order[step * self.batch_size:(step + 1) * self.batch_size][self.rank::self.world]
-                batch = collate([train[int(i)] for i in ids], self.h1).to(device)
-                errors = self._errors(step_model, batch)
-                loss = errors.mean()  # quadrature-ok: mean over samples
-                if not torch.isfinite(loss):
-                    where = f"; the last good checkpoint is {last}" if last is not None and last.exists() else ""
-                    hint = "; fp16 may have overflowed: try bf16 or fp32" if self.precision == "fp16" else ""
-                    raise NonFiniteLossError(f"training loss is {loss.item()} at epoch {epoch}, step {step}"
-                                             f"{where}; lower the learning rate or check the data{hint}")
-                if on_step is not None:
-                    on_step(epoch, step)
-                optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
-                if self.clip is not None:
-                    scaler.unscale_(optimizer)
-                    torch.nn.utils.clip_grad_norm_(op.parameters(), self.clip)
-                scaler.step(optimizer)
-                scaler.update()
-                schedule.step()
-                total += torch.stack([errors.detach().sum().double(), torch.tensor(len(errors), device=device)])
-                bar.update()
-                bar.set_postfix(epoch=epoch, loss=f"{loss.item():.3e}")
-            if self.world > 1:
-                dist.all_reduce(total)
-            row = {"epoch": epoch, "train": float(total[0] / total[1]), "val": math.nan,
-                   "lr": schedule.get_last_lr()[0], "seconds": time.perf_counter() - tic}
-            if val:
-                row["val"] = float(evaluate_errors(op, val, self.batch_size, self.h1).mean())  # quadrature-ok: over samples
-            self.history.append(row)
-            score = row["val"] if val else row["train"]
-            payload = {**operator_payload(op), "trainer": self.settings}
-            if score < best:
-                best = score
-                self._write(BEST, payload)
-            payload.update(optimizer=optimizer.state_dict(), scheduler=schedule.state_dict(),
-                           epoch=epoch, best=best, history=self.history)
-            if self.precision == "fp16":
-                payload["scaler"] = scaler.state_dict()
-            self._write(LAST, payload)
-            self._write_metrics()
-            log.info("epoch %d: train %.3e val %.3e", epoch, row["train"], row["val"])
+        with self._summary_writer(start) as board:  # None without TensorBoard
+            for epoch in range(start, self.epochs):
+                tic = time.perf_counter()
+                torch.manual_seed(self.seed * 100_003 + epoch)
+                order = torch.randperm(len(train), generator=torch.Generator().manual_seed(self.seed * 100_003 + epoch))
+                op.train()
+                total = torch.zeros(2, dtype=torch.float64, device=device)  # [sum of errors, count]
+                for step in range(steps):
+                    ids = order[step * self.batch_size:(step + 1) * self.batch_size][self.rank::self.world]
+                    batch = collate([train[int(i)] for i in ids], self.h1).to(device)
+                    errors = self._errors(step_model, batch)
+                    loss = errors.mean()  # quadrature-ok: mean over samples
+                    if not torch.isfinite(loss):
+                        where = f"; the last good checkpoint is {last}" if last is not None and last.exists() else ""
+                        hint = "; fp16 may have overflowed: try bf16 or fp32" if self.precision == "fp16" else ""
+                        raise NonFiniteLossError(f"training loss is {loss.item()} at epoch {epoch}, step {step}"
+                                                 f"{where}; lower the learning rate or check the data{hint}")
+                    if on_step is not None:
+                        on_step(epoch, step)
+                    optimizer.zero_grad(set_to_none=True)
+                    scaler.scale(loss).backward()
+                    if self.clip is not None:
+                        scaler.unscale_(optimizer)
+                        torch.nn.utils.clip_grad_norm_(op.parameters(), self.clip)
+                    scaler.step(optimizer)
+                    scaler.update()
+                    schedule.step()
+                    total += torch.stack([errors.detach().sum().double(), torch.tensor(len(errors), device=device)])
+                    bar.update()
+                    bar.set_postfix(epoch=epoch, loss=f"{loss.item():.3e}")
+                if self.world > 1:
+                    dist.all_reduce(total)
+                row = {"epoch": epoch, "train": float(total[0] / total[1]), "val": math.nan,
+                       "lr": schedule.get_last_lr()[0], "seconds": time.perf_counter() - tic}
+                if val:
+                    row["val"] = float(evaluate_errors(op, val, self.batch_size, self.h1).mean())  # quadrature-ok: over samples
+                self.history.append(row)
+                score = row["val"] if val else row["train"]
+                payload = {**operator_payload(op), "trainer": self.settings}
+                if score < best:
+                    best = score
+                    self._write(BEST, payload)
+                payload.update(optimizer=optimizer.state_dict(), scheduler=schedule.state_dict(),
+                               epoch=epoch, best=best, history=self.history)
+                if self.precision == "fp16":
+                    payload["scaler"] = scaler.state_dict()
+                self._write(LAST, payload)
+                self._write_metrics()
+                if board is not None:
+                    for key, value in row.items():
+                        if key != "epoch" and math.isfinite(value):
+                            board.add_scalar(key, value, epoch)
+                    board.flush()
+                log.info("epoch %d: train %.3e val %.3e", epoch, row["train"], row["val"])
         bar.close()
         return self.history

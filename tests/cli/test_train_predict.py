@@ -184,3 +184,25 @@ def test_device_and_precision_flags(trained, tmp_path, capsys):
                "-o", str(tmp_path / "out.vtu"), "--device"]
     assert main(predict + ["cpu"]) == 0 and (tmp_path / "out.vtu").exists()
     assert main(predict + ["cuda:x"]) == 2
+
+
+def test_train_tensorboard_flag(trained, tmp_path, monkeypatch, capsys):
+    import sys
+
+    tmp, data = trained
+    train = ["train", str(data), "--mesh", "train", "--width", "8", "--depth", "1", "--epochs", "1",
+             "--batch-size", "2", "--no-progress", "--tensorboard", "--out"]
+    if _installed("tensorboard"):
+        assert main(train + [str(tmp_path / "tb")]) == 0
+        assert list((tmp_path / "tb" / "tensorboard").glob("events.out.tfevents.*"))
+    monkeypatch.setitem(sys.modules, "tensorboard", None)
+    assert main(train + [str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install 'geoattn[tensorboard]'" in err
+    assert not (tmp_path / "none" / "last.pt").exists()
+
+
+def _installed(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None

@@ -150,3 +150,31 @@ def test_model_without_bf16_kernels_is_a_config_error(samples):
     op = NormalizedOperator(build_model("mesh_fno", in_channels=1, out_channels=1, width=8, depth=1, modes=2))
     with pytest.raises(ConfigError, match="model 'mesh_fno' does not run in bf16 on cpu.*train it in fp32"):
         Trainer(op, epochs=1, batch_size=2, progress=False, precision="bf16").fit(samples[:2])
+
+
+def test_tensorboard_logs_the_metrics_columns(tmp_path, samples):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    history = Trainer(_operator(), tmp_path, epochs=2, batch_size=2, progress=False,
+                      tensorboard=True).fit(samples[:4], samples[4:6])
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    events = EventAccumulator(str(tmp_path / "tensorboard")).Reload()
+    assert set(events.Tags()["scalars"]) == {"train", "val", "lr", "seconds"}
+    for key in ("train", "val", "lr"):
+        logged = [(e.step, e.value) for e in events.Scalars(key)]
+        assert logged == [(row["epoch"], pytest.approx(row[key], rel=1e-6)) for row in history]
+
+
+def test_tensorboard_without_the_package_names_the_extra(monkeypatch, tmp_path):
+    import sys
+
+    from geoattn.errors import ConfigError
+    from geoattn.optional import MissingDependencyError
+
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # as if it were not installed
+    with pytest.raises(MissingDependencyError, match=r"pip install 'geoattn\[tensorboard\]'"):
+        Trainer(_operator(), tmp_path, tensorboard=True)
+    assert not (tmp_path / "tensorboard").exists()
+    with pytest.raises(ConfigError, match="give an out_dir"):
+        Trainer(_operator(), tensorboard=True)
