@@ -121,14 +121,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+#: point fields of the demo's .vtu files; never ``x``, ``y`` or ``z``, which ParaView's readers
+#: and filters take for coordinate arrays
+SAMPLE_FIELDS = ("coefficient", "solution", "prediction", "error", "weight")
+
+
 @torch.no_grad()
 def _write_samples(op: NormalizedOperator, test: dict, out: Path) -> None:
     for k, (mesh, samples) in enumerate(test.items()):
         d = samples[0]
         pred = op(d.x, d.pos, d.weight)
         stem = f"sample_{k}_{mesh.split(' ')[0]}{k}"
-        write_mesh(out / f"{stem}.vtu", d, point_data={
-            "coefficient": d.x, "truth": d.y, "prediction": pred, "error": pred - d.y})
+        fields = d.clone()
+        del fields.x, fields.y  # written under descriptive names below, not as "x" and "y"
+        write_mesh(out / f"{stem}.vtu", fields, point_data={
+            "coefficient": d.x, "solution": d.y, "prediction": pred, "error": pred - d.y})
         if mesh.startswith(("train", "graded")):
             plot_sample(d, pred, out / f"{stem}.png", title=f"{mesh}: {d.num_nodes} nodes")
 

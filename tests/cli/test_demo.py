@@ -1,3 +1,6 @@
+import meshio
+
+from geoattn.cli.demo import SAMPLE_FIELDS
 from geoattn.cli.main import main
 
 
@@ -10,4 +13,8 @@ def test_demo_quick_runs_and_writes_report(tmp_path, capsys):
     rows = (tmp_path / "crossmesh.csv").read_text().splitlines()
     assert len(rows) == 1 + 2 * 7
     assert (tmp_path / "errors.png").exists() and list(tmp_path.glob("sample_*.vtu"))
+    for path in tmp_path.glob("sample_*.vtu"):  # descriptive names; no "x"/"y" ParaView takes for coordinates
+        fields = meshio.read(path).point_data
+        assert set(fields) == set(SAMPLE_FIELDS), path
+        assert abs(fields["error"] - (fields["prediction"] - fields["solution"])).max() < 1e-6
     assert (tmp_path / "weighted" / "best.pt").exists() and (tmp_path / "unweighted" / "metrics.csv").exists()
