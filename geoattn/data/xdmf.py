@@ -4,7 +4,10 @@ For each mesh of a dataset file ``NAME.h5`` the companion ``NAME.<mesh>.xdmf`` d
 temporal collection whose step ``i`` is sample ``i``: the mesh topology and geometry point at
 ``/meshes/<mesh>/cells`` and ``points``, and the node fields ``a``, ``u`` at row ``i`` of
 ``x``, ``y`` through XDMF hyperslabs (no data is copied). Open it in ParaView with the
-"XDMF Reader" and step through the samples with the time controls.
+"XDMF Reader" and step through the samples with the time controls. meshio reads only the mesh
+of a companion (``meshio.xdmf.TimeSeriesReader(path).read_points_cells()``): it implements no
+hyperslabs, so its ``read_data`` fails on the fields; read the samples with
+:class:`~geoattn.data.dataset.DarcyDataset` instead.
 """
 
 from __future__ import annotations

@@ -92,6 +92,22 @@ def test_xdmf_companion_references_resolve(made):
         assert slab[:2] == ["3", "0"]
 
 
+def test_xdmf_companion_mesh_reads_in_meshio(made):
+    """A second XDMF reader agrees on the companion's mesh: meshio's TimeSeriesReader gives the
+    dataset's points and cells (its fields are hyperslabs, which meshio does not read; see the
+    data page)."""
+    import meshio
+
+    path, r = made
+    with meshio.xdmf.TimeSeriesReader(path.with_name("d.fine.xdmf")) as reader:
+        points, cells = reader.read_points_cells()
+        assert reader.num_steps == r.n
+    with h5py.File(path) as fh:
+        assert np.array_equal(points, fh["meshes/fine/points"][:])
+        assert len(cells) == 1 and cells[0].type == fh["meshes/fine"].attrs["cell_type"]
+        assert np.array_equal(cells[0].data, fh["meshes/fine/cells"][:])
+
+
 def test_truncated_file(made, tmp_path):
     path, _ = made
     data = path.read_bytes()
