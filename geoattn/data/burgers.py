@@ -17,7 +17,6 @@ so the same continuum sample is seen on a uniform grid of any size and on any no
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass
 
@@ -27,8 +26,6 @@ import torch
 
 from ..mesh import MeshData
 from ..optional import progress
-
-log = logging.getLogger(__name__)
 
 TWO_PI = 2.0 * math.pi
 
