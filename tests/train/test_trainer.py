@@ -178,3 +178,23 @@ def test_tensorboard_without_the_package_names_the_extra(monkeypatch, tmp_path):
     assert not (tmp_path / "tensorboard").exists()
     with pytest.raises(ConfigError, match="give an out_dir"):
         Trainer(_operator(), tensorboard=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_cuda_autocast_trains_and_resumes(tmp_path, samples, precision):
+    def stop(epoch, step):
+        if epoch == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):  # interrupted after the checkpoint of epoch 0
+        Trainer(_operator(), tmp_path, epochs=2, batch_size=2, progress=False, device="cuda",
+                precision=precision).fit(samples[:4], on_step=stop)
+    op = _operator()
+    history = Trainer(op, tmp_path, epochs=2, batch_size=2, progress=False, device="cuda",
+                      precision=precision).fit(samples[:4], resume=True)
+    assert len(history) == 2 and all(torch.isfinite(torch.tensor(row["train"])) for row in history)
+    assert next(op.parameters()).device.type == "cuda"
+    state = load_checkpoint(tmp_path / "last.pt")
+    assert state["trainer"]["precision"] == precision and ("scaler" in state) == (precision == "fp16")
