@@ -49,7 +49,6 @@ from geoattn.data.burgers import burgers_data, nonuniform_samples, on_circle, un
 from geoattn.data.inverse import NOISE_LEVELS, InverseProblem, node_variance
 from geoattn.mesh import families
 from geoattn.models import GalerkinTransformer
-from geoattn.nn import FourierAttention, GalerkinAttention
 from geoattn.optional import progress
 from geoattn.train import NormalizedOperator, Trainer, relative_l2
 from geoattn.train.trainer import evaluate_errors
@@ -57,7 +56,6 @@ from geoattn.train.trainer import evaluate_errors
 log = logging.getLogger("galerkin_experiments")
 
 MODELS = {"GT": "galerkin", "FT": "fourier"}
-CROSS_ATTENTION = {"galerkin": GalerkinAttention, "fourier": FourierAttention}
 
 #: Table 2a of the paper, relative error of the "Ln on K,V" GT and "Ln on Q,K" FT rows.
 PAPER_BURGERS = {"GT": {512: 1.203e-3, 2048: 1.150e-3, 8192: 1.025e-3},
@@ -123,26 +121,6 @@ SCALES = {
                             fourier_lr=5e-4, width=192, depth=6),
     },
 }
-
-
-class CrossGalerkinTransformer(GalerkinTransformer):
-    """A :class:`~geoattn.models.GalerkinTransformer` that answers on a query mesh: the encoder on
-    the input mesh, then one Galerkin (or Fourier) cross-attention from an embedding of the query
-    coordinates, :math:`z(y) = \\operatorname{LN}(E(y) + C(E(y), h))`, and the pointwise projection
-    (the ``decoder="cross"`` path of :class:`~geoattn.models.encoder.EncoderOperator`)."""
-
-    def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
-                 depth: int = 3, num_heads: int = 4, attention: str = "galerkin"):
-        super().__init__(in_channels, out_channels, dim=dim, width=width, depth=depth,
-                         num_heads=num_heads, attention=attention)
-        self.decoder = "cross"
-        self.build_cross_decoder(CROSS_ATTENTION[attention](width, num_heads=num_heads, dim=dim), width, dim)
-
-    def forward(self, x, pos, weight, batch=None, *, pos_query=None, batch_query=None):
-        if pos_query is None:
-            pos_query, batch_query = pos, batch
-        h = self.encode(x, pos, weight, batch)
-        return self.project(self.decode_cross(h, pos, weight, batch, pos_query, batch_query))
 
 
 def _mean(errors: torch.Tensor) -> float:
@@ -378,8 +356,8 @@ def run_inverse(scale: InverseScale, device: torch.device, seed: int = 0, show_p
                  for name in meshes}
         for short, attention in MODELS.items():
             torch.manual_seed(seed)
-            model = CrossGalerkinTransformer(1, 1, dim=2, width=scale.width, depth=scale.depth,
-                                             num_heads=scale.num_heads, attention=attention)
+            model = GalerkinTransformer(1, 1, dim=2, width=scale.width, depth=scale.depth,
+                                        num_heads=scale.num_heads, attention=attention, decoder="cross")
             op = NormalizedOperator(model).to(device)
             lr = scale.fourier_lr if attention == "fourier" and scale.fourier_lr else scale.lr
             history = fit_cross(op, train, scale.epochs, scale.batch_size, lr, seed,

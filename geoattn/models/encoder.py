@@ -135,8 +135,9 @@ class EncoderOperator(NeuralOperator):
     r"""Shared ``lift -> blocks`` path of the encoder models, and their cross-attention decoder.
 
     Subclasses set ``self.inputs`` (:class:`CoordinateFeatures`), ``self.lift`` (a
-    :class:`PointwiseMLP` on its output) and ``self.blocks``
-    (:class:`EncoderBlock` list). With ``decoder="cross"`` they call :meth:`build_cross_decoder`
+    :class:`PointwiseMLP` on its output), ``self.blocks`` (:class:`EncoderBlock` list),
+    ``self.project`` and ``self.decoder`` (:meth:`check_decoder`); :meth:`forward` is then
+    ``project(encode(...))`` on the input mesh or ``project(decode_cross(...))`` on a query mesh. With ``decoder="cross"`` they call :meth:`build_cross_decoder`
     with a cross-attention layer :math:`C` and read their output on a query mesh :math:`y` with
     :meth:`decode_cross`: an embedding :math:`E` of the query coordinates attends to the encoder
     features :math:`h` on the input mesh,
@@ -181,6 +182,19 @@ class EncoderOperator(NeuralOperator):
         q = self.query_embed(pos_query)
         return self.cross_norm(q + self.cross(h, pos, weight, batch, x_query=q, pos_query=pos_query,
                                               batch_query=batch_query, **query))
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
+                batch: torch.Tensor | None = None, *, pos_query: torch.Tensor | None = None,
+                batch_query: torch.Tensor | None = None) -> torch.Tensor:
+        """The output on the input mesh (``decoder="pointwise"``), or on the query nodes
+        ``pos_query`` (``decoder="cross"``; default: the input nodes)."""
+        self.check_query(pos_query)
+        h = self.encode(x, pos, weight, batch)
+        if self.decoder == "pointwise":
+            return self.project(h)
+        if pos_query is None:
+            pos_query, batch_query = pos, batch
+        return self.project(self.decode_cross(h, pos, weight, batch, pos_query, batch_query))
 
     def check_query(self, pos_query: torch.Tensor | None) -> None:
         """Refuse a query mesh when the model answers on its input mesh only."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from ..nn.galerkin_attention import FourierAttention, GalerkinAttention
@@ -36,28 +35,31 @@ class GalerkinTransformer(EncoderOperator, name="galerkin"):
         num_heads: attention heads (default ``4``).
         ff_mult: feed-forward hidden size as a multiple of ``width`` (default ``2``).
         attention: ``"galerkin"`` (default) or ``"fourier"``.
+        decoder: ``"pointwise"`` (default) or ``"cross"``: one cross-attention of the same type
+            from an embedding of the query coordinates, so the model answers on ``pos_query``
+            (:class:`~geoattn.models.encoder.EncoderOperator`).
         coordinate_features: Fourier features of the coordinates in the lift, as the keywords of
             :class:`~geoattn.models.encoder.CoordinateFeatures` (default ``None``: none).
 
     Shapes:
-        - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional).
-        - output: ``[N, C_out]``.
+        - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional),
+          ``pos_query [Nq, d]`` and ``batch_query [Nq]`` (optional, ``decoder="cross"`` only).
+        - output: ``[N, C_out]``, or ``[Nq, C_out]`` with a query mesh.
     """
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
                  depth: int = 3, num_heads: int = 4, ff_mult: int = 2, attention: str = "galerkin",
-                 coordinate_features: dict | None = None):
+                 decoder: str = "pointwise", coordinate_features: dict | None = None):
         super().__init__()
         if attention not in _ATTENTION:
             raise ValueError(f"attention must be one of {sorted(_ATTENTION)}, got {attention!r}")
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
+        self.decoder = self.check_decoder(decoder)
         layer = _ATTENTION[attention]
         self.inputs = CoordinateFeatures.of(in_channels, dim, coordinate_features)
         self.lift = PointwiseMLP(self.inputs.out_features, width, width)
         self.blocks = nn.ModuleList(
             EncoderBlock(layer(width, num_heads=num_heads, dim=dim), width, ff_mult) for _ in range(depth))
         self.project = PointwiseMLP(width, 2 * width, out_channels)
-
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                batch: torch.Tensor | None = None) -> torch.Tensor:
-        return self.project(self.encode(x, pos, weight, batch))
+        if decoder == "cross":
+            self.build_cross_decoder(layer(width, num_heads=num_heads, dim=dim), width, dim)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from ..nn.continuum_attention import ContinuumAttention
@@ -68,14 +67,3 @@ class TNO(EncoderOperator, name="tno"):
             self.build_cross_decoder(ContinuumAttention(width, num_heads=num_heads, dropout=dropout),
                                      width, dim)
         self.project = PointwiseMLP(width, 2 * width, out_channels)
-
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                batch: torch.Tensor | None = None, *, pos_query: torch.Tensor | None = None,
-                batch_query: torch.Tensor | None = None) -> torch.Tensor:
-        self.check_query(pos_query)
-        h = self.encode(x, pos, weight, batch)
-        if self.decoder == "pointwise":
-            return self.project(h)
-        if pos_query is None:
-            pos_query, batch_query = pos, batch
-        return self.project(self.decode_cross(h, pos, weight, batch, pos_query, batch_query))

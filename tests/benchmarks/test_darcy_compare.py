@@ -146,7 +146,7 @@ def test_wall_clock_budget_run(dc, tmp_path):
 def test_budget_probe_puts_the_initial_weights_back(dc):
     scale = dc.replace(dc.SCALES["tiny"], seconds=0.5)
     train = dc.darcy_samples({"train": dc.benchmark_meshes(6)["train"]}, 2, 0, "piecewise")["train"]
-    op = dc._operator(dc.model_factories(scale, ["tno"])["tno"](), train[0])
+    op = dc.NormalizedOperator(dc.model_factories(scale, ["tno"])["tno"]())
     before = [t.detach().clone() for t in op.parameters()]
     assert dc.budget_epochs(op, train, scale) >= 1
     assert all(torch.equal(a, b) for a, b in zip(before, op.parameters()))

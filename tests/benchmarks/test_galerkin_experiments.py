@@ -65,18 +65,3 @@ def test_node_average_ablation_shares_the_model(gx):
                                    op(sample.x, sample.pos, uniform))
         assert not torch.allclose(ablation(sample.x, sample.pos, sample.weight),
                                   op(sample.x, sample.pos, sample.weight))
-
-
-def test_cross_model_answers_on_the_query_mesh(gx):
-    torch.manual_seed(0)
-    model = gx.CrossGalerkinTransformer(1, 1, dim=2, width=8, depth=1, num_heads=2, attention="fourier")
-    x, pos, w = torch.randn(30, 1), torch.rand(30, 2), torch.full((30,), 1 / 30)
-    q = torch.rand(7, 2)
-    assert model(x, pos, w, pos_query=q).shape == (7, 1)
-    # a batch of two graphs equals the graphs one by one, with query batches of other sizes
-    x2, pos2, w2, q2 = torch.randn(20, 1), torch.rand(20, 2), torch.full((20,), 1 / 20), torch.rand(4, 2)
-    both = model(torch.cat([x, x2]), torch.cat([pos, pos2]), torch.cat([w, w2]),
-                 torch.cat([torch.zeros(30, dtype=torch.long), torch.ones(20, dtype=torch.long)]),
-                 pos_query=torch.cat([q, q2]),
-                 batch_query=torch.cat([torch.zeros(7, dtype=torch.long), torch.ones(4, dtype=torch.long)]))
-    torch.testing.assert_close(both, torch.cat([model(x, pos, w, pos_query=q), model(x2, pos2, w2, pos_query=q2)]))
