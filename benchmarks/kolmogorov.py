@@ -1,0 +1,369 @@
+"""Kolmogorov flow (2-D Navier-Stokes on the torus): train on the uniform grid, evaluate on
+scattered point sets never trained on, with and without quadrature weights.
+
+    python benchmarks/kolmogorov.py --scale cpu --out bench_out/kolmogorov --figure docs/images/kolmogorov_transfer.png
+    python benchmarks/kolmogorov.py --scale gpu --out bench_out/kolmogorov_gpu
+
+The operator is the paper's one-step map :math:`\\omega(T) \\mapsto \\omega(T + \\Delta t)` of
+Calvello, Kovachki, Levine and Stuart (§6.2.3): :math:`\\nu = 1/70`, forcing :math:`\\sin(4y)\\hat x`,
+:math:`\\omega_0 \\sim \\mathcal N(0, 7^3(-\\Delta + 49 I)^{-5})`, :math:`T = 11`,
+:math:`\\Delta t = 0.1` (:mod:`geoattn.data.navier_stokes`). Every pair is solved once, as a
+trigonometric polynomial, and the *same* continuum pair is then read on every discretisation:
+
+- ``grid``: the uniform training grid (trapezoid weights :math:`(2\\pi/n)^2`);
+- ``grid x1.5``: a finer uniform grid;
+- ``uniform``, ``graded``, ``patchy``: i.i.d. scattered points, as many as the training grid has
+  nodes, from a constant density, a density 81 times higher near the origin than at
+  :math:`(\\pi, \\pi)`, and one 9 times higher on :math:`[0, \\pi]^2` (periodic Voronoi weights);
+- ``graded x4``: four times as many points from the graded density (the quadrature of the
+  scattered sets converges as the points multiply; the node average does not).
+
+Each model (``--models``, registered names of :func:`geoattn.models.build_model`) is trained once,
+on the grid, with the relative :math:`H^1` loss (``--loss``) by :class:`geoattn.train.Trainer`, and
+scored by the median (and mean) over the test pairs of the relative :math:`L^2` error, computed
+with each discretisation's quadrature weights. The ablation feeds the same trained model the
+node-average weights :math:`|D|/N` (:func:`geoattn.mesh.node_average_weights`) instead. The
+``identity`` row predicts :math:`\\omega(T + \\Delta t) = \\omega(T)`.
+
+``--scale cpu`` keeps the paper's flow, initial-condition measure, :math:`T` and :math:`\\Delta t`,
+and shrinks everything else: the pairs are solved on a 64 x 64 grid in float32 (the 2/3 rule keeps
+:math:`|k_j| \\le 21`; time step 1/64), the models train on the 32 x 32 grid (the paper: 416 x
+416) with 160 training and 40 test pairs (the paper: 9000 / 500 / 500), width 32, depth 3 and
+4 heads (the paper: 128 channels), for 10 epochs (AdamW with a one-cycle schedule, batch 4, peak
+learning rate 1e-3). ``--scale gpu`` is the paper's size: 9000 training and 500 test pairs
+(solved on a 128 x 128 grid in float64, read on the 416 x 416 grid), width 128, depth 6, 8 heads,
+batch 4, learning rate 1e-3, 100 epochs (the paper gives no epoch count). TNO's attention is
+quadratic in the nodes, so at 416^2 nodes it is left out of the default models of the gpu
+scale; the paper's Kolmogorov models are ViT-NO, FANO, FNO and AFNO.
+
+``darcy_calvello.py`` reuses this script's training and scoring functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from geoattn.data.navier_stokes import (KolmogorovSolver, PeriodicGaussianField, evaluate, grid_values,
+                                        kolmogorov_pairs, pair_samples, periodic_voronoi_weights,
+                                        scattered_points, torus_grid)
+from geoattn.models import MODELS, build_model
+from geoattn.nn.spectral import resolved_modes
+from geoattn.train import NormalizedOperator, Trainer, evaluate_errors
+
+log = logging.getLogger("kolmogorov")
+
+#: The paper's Table 3 (arXiv v3), Kolmogorov flow at 416 x 416: median relative L2 test error.
+PAPER = {"vit": 1.07e-2, "fano": 6.34e-3, "fno": 1.52e-2, "afno": 3.99e-3}
+
+
+@dataclass
+class Scale:
+    """One run's sizes: solver grid and dtype, training grid, scattered points, pairs, training."""
+
+    solver_n: int
+    grid: int
+    n_train: int
+    n_test: int
+    epochs: int
+    points: int | None = None  # scattered points per set (default: grid ** 2)
+    solver_dtype: str = "float64"
+    time: float = 11.0
+    interval: float = 0.1
+    batch_size: int = 4
+    lr: float = 1e-3
+    width: int = 32
+    depth: int = 3
+    num_heads: int = 4
+    models: tuple[str, ...] = ("tno", "galerkin", "slice", "mesh_fno")
+
+
+SCALES = {
+    "tiny": Scale(solver_n=16, grid=8, n_train=4, n_test=2, epochs=1, time=0.5, batch_size=2, width=8,
+                  depth=1, num_heads=2, models=("galerkin",)),
+    "cpu": Scale(solver_n=64, grid=32, n_train=160, n_test=40, epochs=10, solver_dtype="float32"),
+    "gpu": Scale(solver_n=128, grid=416, n_train=9000, n_test=500, epochs=100, batch_size=4, width=128,
+                 depth=6, num_heads=8, models=("galerkin", "slice", "mesh_fno")),
+}
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_or_make(cache: Path | None, key: dict, make):
+    """``make()`` (a dict of tensors), read from / written to ``cache`` under a hash of ``key``."""
+    if cache is None:
+        return make()
+    name = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    path = Path(cache) / f"{key['kind']}_{name}.pt"
+    if path.exists():
+        log.info("reading %s", path)
+        return torch.load(path, weights_only=True)
+    value = make()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(value, path.with_suffix(".tmp"))
+    os.replace(path.with_suffix(".tmp"), path)
+    return value
+
+
+def pairs(scale: Scale, seed: int, device: str, cache: Path | None = None) -> dict:
+    """Fourier coefficients of ``omega(T)`` and ``omega(T + dt)`` for the training and test pairs."""
+    key = {"kind": "kolmogorov", "seed": seed, "solver_n": scale.solver_n, "dtype": scale.solver_dtype,
+           "time": scale.time, "interval": scale.interval, "n": scale.n_train + scale.n_test}
+
+    def make():
+        solver = KolmogorovSolver(scale.solver_n, dtype=getattr(torch, scale.solver_dtype), device=device)
+        first, second = kolmogorov_pairs(key["n"], seed, time=scale.time, interval=scale.interval,
+                                         field=PeriodicGaussianField(), solver=solver, show_progress=True)
+        return {"first": first.cpu(), "second": second.cpu()}
+
+    return load_or_make(cache, key, make)
+
+
+def discretisations(scale: Scale, seed: int) -> dict[str, dict]:
+    """``{name: {"pos", "weight", "cells", "grid"}}``: the training grid first, then the others."""
+    out = {}
+    for name, m in (("grid", scale.grid), ("grid x1.5", 2 * round(0.75 * scale.grid))):
+        pos, weight, cells = torus_grid(m)
+        out[name] = {"pos": pos, "weight": weight, "cells": cells, "grid": m}
+    points = scale.points or scale.grid**2
+    for k, (name, density, count) in enumerate((("uniform", "uniform", points), ("graded", "graded", points),
+                                                ("patchy", "patchy", points), ("graded x4", "graded", 4 * points))):
+        pos = scattered_points(count, density, seed=1000 * seed + k)
+        out[name] = {"pos": torch.as_tensor(pos), "weight": torch.as_tensor(periodic_voronoi_weights(pos)),
+                     "cells": None, "grid": None}
+    return out
+
+
+def samples_on(coefficients: dict, where: dict, rows: slice, device: str = "cpu") -> list:
+    """:func:`pair_samples` of the pairs ``rows`` on one discretisation (the values computed on
+    ``device``, the samples on the CPU)."""
+    first, second = coefficients["first"][rows].to(device), coefficients["second"][rows].to(device)
+    if where["grid"] is not None:
+        x = grid_values(first, where["grid"]).reshape(len(first), -1)
+        y = grid_values(second, where["grid"]).reshape(len(first), -1)
+    else:
+        pos = where["pos"].to(device)
+        x, y = evaluate(first, pos), evaluate(second, pos)
+    return pair_samples(x.cpu(), y.cpu(), where["pos"], where["weight"], where["cells"])
+
+
+def model_kwargs(name: str, scale: Scale, nodes: int) -> dict:
+    """Constructor arguments of a registered model at this scale: width and depth for all, heads
+    for the attention models, and for ``mesh_fno`` the modes the training nodes resolve
+    (:func:`geoattn.nn.spectral.resolved_modes`, at most 12 as in the paper's FNO) with no
+    domain padding (the flow is periodic)."""
+    import inspect
+
+    params = inspect.signature(MODELS[name].__init__).parameters
+    kw = {"width": scale.width, "depth": scale.depth}
+    if "num_heads" in params:
+        kw["num_heads"] = scale.num_heads
+    if name == "mesh_fno":
+        kw.update(modes=max(1, min(12, resolved_modes(nodes, 2))), padding=0.0)
+    return {k: v for k, v in kw.items() if k in params}
+
+
+def train(name: str, kwargs: dict, samples: list, scale: Scale, device: torch.device, seed: int = 0,
+          h1: bool = True) -> tuple[NormalizedOperator, dict]:
+    """Train one registered model on ``samples`` with :class:`geoattn.train.Trainer`."""
+    torch.manual_seed(seed)
+    model = build_model(name, in_channels=1, out_channels=1, dim=2, **kwargs)
+    op = NormalizedOperator(model).to(device)
+    trainer = Trainer(op, epochs=scale.epochs, batch_size=scale.batch_size, lr=scale.lr, h1=h1,
+                      seed=seed, progress=True)
+    tic = time.perf_counter()
+    history = trainer.fit([d.to(device) for d in samples])
+    info = {"parameters": sum(p.numel() for p in op.parameters() if p.requires_grad),
+            "train_seconds": time.perf_counter() - tic, "train_loss": history[-1]["train"],
+            "epochs": len(history), "kwargs": kwargs}
+    return op, info
+
+
+@torch.no_grad()
+def score(op: NormalizedOperator, sets: dict[str, list], device: torch.device, batch_size: int = 4) -> dict:
+    """Per-sample relative L2 errors on every set, with the quadrature weights and with the
+    node-average weights: ``{set: {"weighted": [S], "node_average": [S]}}``."""
+    out = {}
+    for name, samples in sets.items():
+        samples = [d.to(device) for d in samples]
+        row = {}
+        for mode in ("weighted", "node_average"):
+            op.unweighted = mode == "node_average"
+            row[mode] = evaluate_errors(op, samples, batch_size).cpu().tolist()
+        op.unweighted = False
+        out[name] = row
+    return out
+
+
+def summary(errors: list[float]) -> tuple[float, float]:
+    """Median and mean of per-sample errors."""
+    return statistics.median(errors), statistics.fmean(errors)
+
+
+def identity_errors(sets: dict[str, list]) -> dict[str, list[float]]:
+    """Relative L2 errors of predicting the input itself (``y ~ x``), per set."""
+    from geoattn.train import relative_l2
+
+    return {name: [float(relative_l2(d.x, d.y, d.weight)) for d in samples] for name, samples in sets.items()}
+
+
+def markdown(results: dict, reference: str = "grid", target: float = 1.25, paper: dict | None = None,
+             baseline: str | None = None, paper_title: str = "paper (Table 3, 416 x 416 grid)") -> str:
+    """Markdown tables: median relative L2 per model and set (with the quadrature weights and with
+    the node average), the ratio of the worst set other than the uniform grids to the training
+    set, whether it is within ``target``, a ``baseline`` row (per-set errors in ``results``), and
+    the paper's numbers."""
+    sets = list(next(iter(results["models"].values()))["errors"])
+    lines = []
+    head = ["model", "weights"] + [f"{s} ({results['nodes'][s]})" for s in sets] + \
+           [f"worst / {reference}", f"<= {target}x"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    others = [s for s in sets if s != reference and not s.startswith(reference)]
+    for name, r in results["models"].items():
+        for mode in ("weighted", "node_average"):
+            med = {s: summary(r["errors"][s][mode])[0] for s in sets}
+            worst = max(med[s] for s in others) / med[reference]
+            label = "quadrature" if mode == "weighted" else "node average"
+            ok = ("yes" if worst <= target else "no") if mode == "weighted" else ""
+            lines.append("| " + " | ".join([name, label] + [f"{med[s]:.2e}" for s in sets]
+                                           + [f"{worst:.2f}", ok]) + " |")
+    if baseline and baseline in results:
+        med = {s: statistics.median(results[baseline][s]) for s in sets}
+        lines.append("| " + " | ".join([baseline, "quadrature"] + [f"{med[s]:.2e}" for s in sets] + ["", ""]) + " |")
+    lines.append("")
+    if paper:
+        lines += [f"| {paper_title} | " + " | ".join(paper) + " |",
+                  "|---|" + "---|" * len(paper),
+                  "| median relative L2 | " + " | ".join(f"{v:.2e}" for v in paper.values()) + " |", ""]
+    return "\n".join(lines)
+
+
+def plot(coefficients: dict, results: dict, where: dict, op: NormalizedOperator, index: int, path: Path,
+         title: str) -> None:
+    """Input, increment, the model's error on the graded points (weighted and node-average) and
+    the median errors per set."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    m = 64
+    pair = {k: v[index:index + 1] for k, v in coefficients.items()}
+    first = grid_values(pair["first"], m)[0].numpy()
+    second = grid_values(pair["second"], m)[0].numpy()
+    sample = samples_on(pair, where, slice(0, 1))[0]
+    fig, axes = plt.subplots(1, 4, figsize=(15, 3.4))
+    extent = (0, 2 * np.pi, 0, 2 * np.pi)
+    im = axes[0].imshow(first.T, origin="lower", extent=extent, cmap="RdBu_r")
+    axes[0].set_title(r"$\omega(T)$")
+    fig.colorbar(im, ax=axes[0], shrink=0.8)
+    im = axes[1].imshow((second - first).T, origin="lower", extent=extent, cmap="RdBu_r")
+    axes[1].set_title(r"$\omega(T+\Delta t) - \omega(T)$")
+    fig.colorbar(im, ax=axes[1], shrink=0.8)
+    with torch.no_grad():
+        pred = op(sample.x, sample.pos, sample.weight)[:, 0]
+    err = (pred - sample.y[:, 0]).abs().numpy()
+    p = sample.pos.numpy()
+    sc = axes[2].scatter(p[:, 0], p[:, 1], c=err, s=3, cmap="magma")
+    axes[2].set_aspect("equal")
+    axes[2].set_title(f"|error| on the graded points ({title})")
+    fig.colorbar(sc, ax=axes[2], shrink=0.8)
+    sets = list(results["errors"])
+    x = np.arange(len(sets))
+    for k, mode in enumerate(("weighted", "node_average")):
+        axes[3].bar(x + (k - 0.5) * 0.38, [summary(results["errors"][s][mode])[0] for s in sets], 0.38,
+                    label="quadrature weights" if mode == "weighted" else "node average")
+    axes[3].set_xticks(x, sets, rotation=20, fontsize=8)
+    axes[3].set_yscale("log")
+    axes[3].set_ylabel("median relative L2")
+    axes[3].legend(fontsize=8)
+    axes[3].set_title(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=72)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scale", default="cpu", choices=sorted(SCALES))
+    parser.add_argument("--models", nargs="+", help="registered model names (default: the scale's)")
+    parser.add_argument("--device", default=default_device(), help="default: cuda if available, else cpu")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--loss", default="h1", choices=("h1", "l2"), help="training loss (default: h1, the paper's)")
+    for field in ("grid", "points", "n_train", "n_test", "epochs", "batch_size", "width", "depth"):
+        parser.add_argument("--" + field.replace("_", "-"), type=int, help=f"override the scale's {field}")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: 1)")
+    parser.add_argument("--cache", type=Path, help="folder to keep the generated pairs in")
+    parser.add_argument("--out", type=Path, help="folder for results.json and table.md")
+    parser.add_argument("--figure", type=Path, help="PNG path for the figure")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
+    log.setLevel(logging.INFO)
+    logging.getLogger("geoattn.train").setLevel(logging.INFO)  # one line per epoch
+    torch.set_num_threads(args.threads)
+    overrides = {k: v for k, v in vars(args).items() if k in Scale.__dataclass_fields__ and v is not None}
+    scale = replace(SCALES[args.scale], **overrides)
+    names = args.models or list(scale.models)
+    unknown = set(names) - set(MODELS)
+    if unknown:
+        parser.error(f"unknown models {sorted(unknown)}; registered: {sorted(MODELS)}")
+    device = torch.device(args.device)
+    tic = time.perf_counter()
+    coefficients = pairs(scale, args.seed, args.device, args.cache)
+    data_seconds = time.perf_counter() - tic
+    where = discretisations(scale, args.seed)
+    train_rows, test_rows = slice(0, scale.n_train), slice(scale.n_train, scale.n_train + scale.n_test)
+    training = samples_on(coefficients, where["grid"], train_rows, args.device)
+    tests = {name: samples_on(coefficients, w, test_rows, args.device) for name, w in where.items()}
+    log.info("data: %d + %d pairs in %.0f s (with the discretisations %.0f s)", scale.n_train, scale.n_test,
+             data_seconds, time.perf_counter() - tic)
+    results = {"nodes": {k: len(w["pos"]) for k, w in where.items()}, "models": {},
+               "identity": identity_errors(tests)}
+    operators = {}
+    for name in names:
+        kwargs = model_kwargs(name, scale, len(where["grid"]["pos"]))
+        op, info = train(name, kwargs, training, scale, device, args.seed, h1=args.loss == "h1")
+        info["errors"] = score(op, tests, device, scale.batch_size)
+        results["models"][name] = info
+        operators[name] = op.cpu()
+        log.info("%s: %s", name, {s: round(summary(e["weighted"])[0], 5) for s, e in info["errors"].items()})
+    total = time.perf_counter() - tic
+    table = markdown(results, paper=PAPER, baseline="identity")
+    load = os.getloadavg()
+    machine = (torch.cuda.get_device_name(device) if device.type == "cuda" else
+               f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch thread(s)")
+    footer = (f"scale {args.scale}: {asdict(scale)}; loss {args.loss}; device {device} ({machine}); data "
+              f"{data_seconds:.0f} s; total {total:.0f} s; load average at the end {load[0]:.1f} / {load[2]:.1f} "
+              "(1 / 15 min)")
+    print(table)
+    print(footer)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(json.dumps(
+            {"scale": asdict(scale), "loss": args.loss, "device": str(device), "machine": machine,
+             "data_seconds": data_seconds, "total_seconds": total, "load": load, "results": results}, indent=1))
+        (args.out / "table.md").write_text(table + "\n" + footer + "\n")
+    if args.figure and operators:
+        best = min(operators, key=lambda n: summary(results["models"][n]["errors"]["grid"]["weighted"])[0])
+        plot(coefficients, results["models"][best], where["graded"], operators[best],
+             scale.n_train, args.figure, best)
+    results["total_seconds"] = total
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""``benchmarks/darcy_calvello.py`` on a tiny setting (the full run is a benchmark)."""
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+FOLDER = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    monkeypatch.syspath_prepend(str(FOLDER))  # the script imports its sibling `kolmogorov`
+    threads = torch.get_num_threads()  # main() sets them
+    spec = importlib.util.spec_from_file_location("darcy_calvello_benchmark", FOLDER / "darcy_calvello.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+    torch.set_num_threads(threads)
+
+
+def test_boundary_refined_mesh_keeps_the_square_and_grades_by_the_stated_ratio(bench):
+    mesh = bench.boundary_refined(20, 0.6)
+    p = mesh.points[:, :2]
+    assert p.min() == 0.0 and p.max() == 1.0
+    x = np.unique(p[:, 0])
+    steps = np.diff(x)
+    # the map's derivative 1 - 0.6 cos(2 pi s): cells 0.4 / 1.6 = 1/4 of the middle ones at the boundary
+    assert steps[0] / steps[len(steps) // 2] == pytest.approx(0.25, rel=0.05)
+    assert steps.sum() == pytest.approx(1.0)
+
+
+def test_targets_are_the_reference_solution_on_every_mesh(bench):
+    scale = bench.SCALES["tiny"]
+    meshes = bench.benchmark_meshes(scale.grid)
+    values = bench.solutions(scale, meshes, seed=0)
+    # the training grid's nodes are reference nodes (12 = 2 x 6): the interpolated target is the
+    # reference solution there, and the lumped-weight integral of 1 is the area on every mesh
+    from geoattn.data.calvello import calvello_coefficient
+    from geoattn.data.darcy import DarcyProblem
+    from geoattn.mesh import families
+
+    reference = DarcyProblem(families.unit_square(scale.reference))
+    u = reference.solve(calvello_coefficient(0, 1, "lognormal"))
+    ref_nodes = {tuple(np.round(q, 12)): i for i, q in enumerate(reference.nodes)}
+    grid = meshes["grid"].points[:, :2]
+    index = [ref_nodes[tuple(np.round(q, 12))] for q in grid]
+    np.testing.assert_allclose(values["grid"]["y"][1].numpy(), u[index], rtol=1e-10, atol=1e-14)
+    samples = bench.samples(meshes, values, slice(0, 2))
+    for name, data in samples.items():
+        assert math.isclose(float(data[0].weight.sum()), 1.0, rel_tol=1e-6), name
+        assert float(data[1].x.min()) > 0  # lognormal
+
+
+def test_tiny_run(bench, tmp_path, capsys):
+    results = bench.main(["--scale", "tiny", "--device", "cpu", "--out", str(tmp_path),
+                          "--figure", str(tmp_path / "d.png")])
+    out = capsys.readouterr().out
+    assert "| tno | quadrature |" in out and "| P1 solve on the mesh |" in out and "1.19e-02" in out
+    errors = results["models"]["tno"]["errors"]
+    assert set(errors) == {"grid", "grid x1.5", "irregular", "boundary", "graded"}
+    assert all(math.isfinite(e) for per in errors.values() for e in per["weighted"] + per["node_average"])
+    assert (tmp_path / "d.png").stat().st_size > 1000 and (tmp_path / "results.json").exists()

@@ -1,0 +1,58 @@
+"""``benchmarks/kolmogorov.py`` on a tiny setting (the full run is a benchmark)."""
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from geoattn.data.navier_stokes import LENGTH, evaluate
+
+FOLDER = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture
+def bench():
+    threads = torch.get_num_threads()  # main() sets them
+    spec = importlib.util.spec_from_file_location("kolmogorov_benchmark", FOLDER / "kolmogorov.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+    torch.set_num_threads(threads)
+
+
+def test_discretisations_carry_the_same_pairs(bench):
+    scale = bench.SCALES["tiny"]
+    torch.set_num_threads(1)
+    coefficients = bench.pairs(scale, seed=0, device="cpu")
+    where = bench.discretisations(scale, seed=0)
+    assert list(where)[0] == "grid"
+    for name, w in where.items():
+        # every set's weights integrate 1 over the torus exactly
+        assert math.isclose(float(w["weight"].sum()), LENGTH**2, rel_tol=1e-9), name
+        data = bench.samples_on(coefficients, w, slice(1, 2))[0]
+        torch.testing.assert_close(data.y[:, 0], evaluate(coefficients["second"][1:2], w["pos"])[0].to(data.y.dtype))
+    # node-average weights are the quadrature weights on a uniform grid, not on the graded points
+    grid, graded = where["grid"]["weight"], where["graded"]["weight"]
+    assert torch.allclose(grid, grid.mean().expand_as(grid))
+    assert float(graded.max() / graded.min()) > 10
+
+
+def test_tiny_run_scores_every_model_on_every_set(bench, tmp_path, capsys):
+    results = bench.main(["--scale", "tiny", "--models", "galerkin", "tno", "--device", "cpu",
+                          "--out", str(tmp_path), "--figure", str(tmp_path / "k.png")])
+    out = capsys.readouterr().out
+    assert "| galerkin | quadrature |" in out and "| identity |" in out and "1.07e-02" in out
+    for name in ("galerkin", "tno"):
+        errors = results["models"][name]["errors"]
+        assert set(errors) == {"grid", "grid x1.5", "uniform", "graded", "patchy", "graded x4"}
+        for per_set in errors.values():
+            assert all(math.isfinite(e) and e > 0 for e in per_set["weighted"] + per_set["node_average"])
+        # uniform grid: the node average is the quadrature, so the ablation changes nothing there
+        assert errors["grid"]["weighted"] == pytest.approx(errors["grid"]["node_average"], rel=1e-5)
+    assert (tmp_path / "results.json").exists() and (tmp_path / "table.md").exists()
+    assert (tmp_path / "k.png").stat().st_size > 1000
