@@ -221,11 +221,11 @@ def identity_errors(sets: dict[str, list]) -> dict[str, list[float]]:
 
 
 def markdown(results: dict, reference: str = "grid", target: float = 1.25, paper: dict | None = None,
-             baseline: str | None = None, paper_title: str = "paper (Table 3, 416 x 416 grid)") -> str:
+             baselines: tuple[str, ...] = (), paper_title: str = "paper (Table 3, 416 x 416 grid)") -> str:
     """Markdown tables: median relative L2 per model and set (with the quadrature weights and with
     the node average), the ratio of the worst set other than the uniform grids to the training
-    set, whether it is within ``target``, a ``baseline`` row (per-set errors in ``results``), and
-    the paper's numbers."""
+    set, whether it is within ``target``, one row per baseline (per-set errors in ``results``),
+    and the paper's numbers."""
     sets = list(next(iter(results["models"].values()))["errors"])
     lines = []
     head = ["model", "weights"] + [f"{s} ({results['nodes'][s]})" for s in sets] + \
@@ -240,7 +240,7 @@ def markdown(results: dict, reference: str = "grid", target: float = 1.25, paper
             ok = ("yes" if worst <= target else "no") if mode == "weighted" else ""
             lines.append("| " + " | ".join([name, label] + [f"{med[s]:.2e}" for s in sets]
                                            + [f"{worst:.2f}", ok]) + " |")
-    if baseline and baseline in results:
+    for baseline in baselines:
         med = {s: statistics.median(results[baseline][s]) for s in sets}
         lines.append("| " + " | ".join([baseline, "quadrature"] + [f"{med[s]:.2e}" for s in sets] + ["", ""]) + " |")
     lines.append("")
@@ -292,9 +292,21 @@ def plot(coefficients: dict, results: dict, where: dict, op: NormalizedOperator,
     axes[3].legend(fontsize=8)
     axes[3].set_title(title)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=72)
+    save_png(fig, path)
     plt.close(fig)
+
+
+def save_png(fig, path: Path, colors: int = 256) -> None:
+    """Save a figure as a PNG with a palette of ``colors`` colours (a third of the bytes)."""
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=72)
+    buffer.seek(0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.open(buffer).convert("RGB").quantize(colors).save(path, optimize=True)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -342,7 +354,7 @@ def main(argv: list[str] | None = None) -> dict:
         operators[name] = op.cpu()
         log.info("%s: %s", name, {s: round(summary(e["weighted"])[0], 5) for s, e in info["errors"].items()})
     total = time.perf_counter() - tic
-    table = markdown(results, paper=PAPER, baseline="identity")
+    table = markdown(results, paper=PAPER, baselines=("identity",))
     load = os.getloadavg()
     machine = (torch.cuda.get_device_name(device) if device.type == "cuda" else
                f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch thread(s)")

@@ -63,6 +63,7 @@ def test_tiny_run(bench, tmp_path, capsys):
                           "--figure", str(tmp_path / "d.png")])
     out = capsys.readouterr().out
     assert "| tno | quadrature |" in out and "| P1 solve on the mesh |" in out and "1.19e-02" in out
+    assert "| training mean |" in out
     errors = results["models"]["tno"]["errors"]
     assert set(errors) == {"grid", "grid x1.5", "irregular", "boundary", "graded"}
     assert all(math.isfinite(e) for per in errors.values() for e in per["weighted"] + per["node_average"])
