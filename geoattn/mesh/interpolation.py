@@ -79,13 +79,15 @@ def _interval(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
 
 
 def _in_hull(tri: Delaunay, q: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
-    """Whether each point lies in the convex hull of the triangulated nodes (to rounding)."""
+    """Whether each point lies strictly inside the convex hull of the triangulated nodes. Points on
+    the hull (to rounding) count as outside: their projection onto the boundary facets is exact,
+    whereas ``find_simplex`` may miss them and fall back to its brute-force search."""
     equations = ConvexHull(tri.points).equations  # (F', d + 1): normal . x + offset <= 0 inside
     scale = np.abs(tri.points).max() if len(tri.points) else 1.0
     out = np.empty(len(q), dtype=bool)
     for lo in range(0, len(q), chunk):
         part = q[lo:lo + chunk]
-        out[lo:lo + chunk] = (part @ equations[:, :-1].T + equations[:, -1] <= 1e-12 * scale).all(1)
+        out[lo:lo + chunk] = (part @ equations[:, :-1].T + equations[:, -1] < -1e-10 * scale).all(1)
     return out
 
 
