@@ -52,7 +52,9 @@ from geoattn.data.calvello import calvello_coefficient, calvello_field
 from geoattn.data.darcy import DarcyProblem, sample_data
 from geoattn.mesh import families, from_meshio
 from geoattn.models import MODELS
-from kolmogorov import default_device, load_or_make, markdown, model_kwargs, save_png, score, summary, train
+from geoattn.train import relative_l2
+from kolmogorov import (default_device, error_bars, load_or_make, markdown, model_kwargs, save_png, score,
+                        summary, train)
 
 log = logging.getLogger("darcy_calvello")
 
@@ -142,8 +144,6 @@ def samples(meshes: dict, values: dict, rows: slice) -> dict[str, list]:
 def fem_errors(scale: Scale, meshes: dict, values: dict, seed: int, rows: slice) -> dict[str, list[float]]:
     """Relative L2 errors of each mesh's own P1 solution against the targets (the reference
     solution): the accuracy of the classical solver on that mesh, for comparison."""
-    from geoattn.train import relative_l2
-
     field = calvello_field(scale.version)
     out = {}
     for name, m in meshes.items():
@@ -157,8 +157,6 @@ def fem_errors(scale: Scale, meshes: dict, values: dict, seed: int, rows: slice)
 def mean_errors(meshes: dict, values: dict, train_rows: slice, test_rows: slice) -> dict[str, list[float]]:
     """Relative L2 errors of predicting the mean of the training targets (on each mesh), whatever
     the coefficient: what a model that ignores its input scores."""
-    from geoattn.train import relative_l2
-
     out = {}
     for name, m in meshes.items():
         weight = from_meshio(m, dtype=torch.float64).weight
@@ -189,16 +187,7 @@ def plot(meshes: dict, values: dict, result: dict, op, index: int, path: Path, t
         ax.set_aspect("equal")
         ax.set_title(label)
         fig.colorbar(im, ax=ax, shrink=0.8)
-    sets = list(result["errors"])
-    x = np.arange(len(sets))
-    for k, mode in enumerate(("weighted", "node_average")):
-        axes[3].bar(x + (k - 0.5) * 0.38, [summary(result["errors"][s][mode])[0] for s in sets], 0.38,
-                    label="quadrature weights" if mode == "weighted" else "node average")
-    axes[3].set_xticks(x, sets, rotation=20, fontsize=8)
-    axes[3].set_yscale("log")
-    axes[3].set_ylabel("median relative L2")
-    axes[3].legend(fontsize=8)
-    axes[3].set_title(title)
+    error_bars(axes[3], result, title)
     fig.tight_layout()
     save_png(fig, path)
     plt.close(fig)
@@ -243,8 +232,7 @@ def main(argv: list[str] | None = None) -> dict:
                "P1 solve on the mesh": fem_errors(scale, meshes, values, args.seed, test_rows)}
     operators = {}
     for name in names:
-        # the Kolmogorov scale's fields are read by model_kwargs; this scale has the same names
-        kwargs = model_kwargs(name, scale, len(meshes["grid"].points))
+        kwargs = model_kwargs(name, scale, len(meshes["grid"].points))  # reads width, depth, num_heads
         if name == "mesh_fno":
             kwargs["padding"] = 0.25  # not periodic: FNO's domain padding
         op, info = train(name, kwargs, training, scale, device, args.seed, h1=args.loss == "h1")

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -60,7 +61,7 @@ from geoattn.data.navier_stokes import (KolmogorovSolver, PeriodicGaussianField,
                                         scattered_points, torus_grid)
 from geoattn.models import MODELS, build_model
 from geoattn.nn.spectral import resolved_modes
-from geoattn.train import NormalizedOperator, Trainer, evaluate_errors
+from geoattn.train import NormalizedOperator, Trainer, evaluate_errors, relative_l2
 
 log = logging.getLogger("kolmogorov")
 
@@ -165,8 +166,6 @@ def model_kwargs(name: str, scale: Scale, nodes: int) -> dict:
     for the attention models, and for ``mesh_fno`` the modes the training nodes resolve
     (:func:`geoattn.nn.spectral.resolved_modes`, at most 12 as in the paper's FNO) with no
     domain padding (the flow is periodic)."""
-    import inspect
-
     params = inspect.signature(MODELS[name].__init__).parameters
     kw = {"width": scale.width, "depth": scale.depth}
     if "num_heads" in params:
@@ -215,8 +214,6 @@ def summary(errors: list[float]) -> tuple[float, float]:
 
 def identity_errors(sets: dict[str, list]) -> dict[str, list[float]]:
     """Relative L2 errors of predicting the input itself (``y ~ x``), per set."""
-    from geoattn.train import relative_l2
-
     return {name: [float(relative_l2(d.x, d.y, d.weight)) for d in samples] for name, samples in sets.items()}
 
 
@@ -281,19 +278,24 @@ def plot(coefficients: dict, results: dict, where: dict, op: NormalizedOperator,
     axes[2].set_aspect("equal")
     axes[2].set_title(f"|error| on the graded points ({title})")
     fig.colorbar(sc, ax=axes[2], shrink=0.8)
-    sets = list(results["errors"])
-    x = np.arange(len(sets))
-    for k, mode in enumerate(("weighted", "node_average")):
-        axes[3].bar(x + (k - 0.5) * 0.38, [summary(results["errors"][s][mode])[0] for s in sets], 0.38,
-                    label="quadrature weights" if mode == "weighted" else "node average")
-    axes[3].set_xticks(x, sets, rotation=20, fontsize=8)
-    axes[3].set_yscale("log")
-    axes[3].set_ylabel("median relative L2")
-    axes[3].legend(fontsize=8)
-    axes[3].set_title(title)
+    error_bars(axes[3], results, title)
     fig.tight_layout()
     save_png(fig, path)
     plt.close(fig)
+
+
+def error_bars(ax, result: dict, title: str) -> None:
+    """Median error per set, with the quadrature weights and with the node average, as bars."""
+    sets = list(result["errors"])
+    x = np.arange(len(sets))
+    for k, mode in enumerate(("weighted", "node_average")):
+        ax.bar(x + (k - 0.5) * 0.38, [summary(result["errors"][s][mode])[0] for s in sets], 0.38,
+               label="quadrature weights" if mode == "weighted" else "node average")
+    ax.set_xticks(x, sets, rotation=20, fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("median relative L2")
+    ax.legend(fontsize=8)
+    ax.set_title(title)
 
 
 def save_png(fig, path: Path, colors: int = 256) -> None:
