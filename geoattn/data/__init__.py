@@ -4,18 +4,24 @@
 solves Darcy flow with P1 finite elements, :mod:`~geoattn.data.dataset` writes and lazily
 reads multi-mesh dataset files, and the papers' other experiments have their generators:
 :mod:`~geoattn.data.odes` (Lorenz-63 and a controlled ODE as functions of time),
-:mod:`~geoattn.data.burgers` (viscous Burgers on the periodic interval) and
-:mod:`~geoattn.data.inverse` (noisy Darcy solutions to coefficients on another mesh).
+:mod:`~geoattn.data.burgers` (viscous Burgers on the periodic interval),
+:mod:`~geoattn.data.inverse` (noisy Darcy solutions to coefficients on another mesh),
+:mod:`~geoattn.data.navier_stokes` (Kolmogorov flow on the torus) and
+:mod:`~geoattn.data.calvello` (Darcy flow with the continuum attention paper's field).
 """
 
 from .burgers import (BurgersData, FourierSeries, PeriodicGaussianRandomField, burgers_data,
                       cole_hopf, nonuniform_samples, on_circle, periodic_trapezoid_weights,
                       solve_burgers, uniform_samples)
+from .calvello import calvello_coefficient, calvello_darcy, calvello_field
 from .darcy import (DarcyProblem, Lognormal, PiecewiseConstant, darcy_samples, solve_darcy,
                     solve_darcy_many)
 from .dataset import DarcyDataset
 from .generate import generate_darcy
 from .inverse import InverseProblem, add_noise, hat_average, node_variance
+from .navier_stokes import (KolmogorovSolver, PeriodicGaussianField, PeriodicSample, grid_values,
+                            kolmogorov_pairs, pair_samples, periodic_voronoi_weights,
+                            scattered_points, torus_grid)
 from .odes import (ControlledODE, Lorenz63, nonuniform_grid, ode_samples, operator_data,
                    time_weights, uniform_grid)
 from .grf import PRESETS, GaussianRandomField, GRFSample, preset
@@ -30,18 +36,26 @@ __all__ = [
     "GRFSample",
     "GaussianRandomField",
     "InverseProblem",
+    "KolmogorovSolver",
     "Lognormal",
     "Lorenz63",
     "PRESETS",
+    "PeriodicGaussianField",
     "PeriodicGaussianRandomField",
+    "PeriodicSample",
     "PiecewiseConstant",
     "Recipe",
     "add_noise",
     "burgers_data",
+    "calvello_coefficient",
+    "calvello_darcy",
+    "calvello_field",
     "cole_hopf",
     "darcy_samples",
     "generate_darcy",
+    "grid_values",
     "hat_average",
+    "kolmogorov_pairs",
     "load_recipe",
     "node_variance",
     "nonuniform_grid",
@@ -49,12 +63,16 @@ __all__ = [
     "ode_samples",
     "on_circle",
     "operator_data",
+    "pair_samples",
     "periodic_trapezoid_weights",
+    "periodic_voronoi_weights",
     "preset",
+    "scattered_points",
     "solve_burgers",
     "solve_darcy",
     "solve_darcy_many",
     "time_weights",
+    "torus_grid",
     "uniform_grid",
     "uniform_samples",
 ]
