@@ -29,3 +29,13 @@ def example():
         return module
 
     return load
+
+
+@pytest.fixture(autouse=True)
+def _restore_torch_threads():
+    """Benchmark scripts run from the tests set torch's thread count (``--threads``); put it back
+    so that no test inherits another's setting (reduction order, and so bitwise results, depend
+    on it)."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)

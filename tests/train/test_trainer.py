@@ -40,6 +40,8 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path, samples):
     reference = _fit(tmp_path / "ref", samples)
     script = textwrap.dedent(f"""
         import os, signal, sys
+        import torch
+        torch.set_num_threads({torch.get_num_threads()})  # the reduction order of this process
         sys.path.insert(0, {str(HERE)!r})
         from conftest import toy_samples
         from test_trainer import _fit
