@@ -36,13 +36,9 @@ samples, width 128, batch 2, learning rate 1e-3.
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
-import os
-import platform
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -51,10 +47,9 @@ import torch
 from geoattn.data.calvello import calvello_coefficient, calvello_field
 from geoattn.data.darcy import DarcyProblem, sample_data
 from geoattn.mesh import families, from_meshio
-from geoattn.models import MODELS
 from geoattn.train import relative_l2
-from kolmogorov import (default_device, error_bars, load_or_make, markdown, model_kwargs, save_png, score,
-                        summary, train)
+from kolmogorov import (best_model, error_bars, load_or_make, markdown, model_kwargs, parse_arguments, report,
+                        save_png, train_models)
 
 log = logging.getLogger("darcy_calvello")
 
@@ -194,31 +189,14 @@ def plot(meshes: dict, values: dict, result: dict, op, index: int, path: Path, t
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scale", default="cpu", choices=sorted(SCALES))
-    parser.add_argument("--models", nargs="+", help="registered model names (default: tno)")
-    parser.add_argument("--device", default=default_device(), help="default: cuda if available, else cpu")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--loss", default="h1", choices=("h1", "l2"), help="training loss (default: h1, the paper's)")
-    parser.add_argument("--family", choices=("lognormal", "piecewise"), help="coefficient map (default: lognormal)")
-    for field in ("grid", "reference", "n_train", "n_test", "epochs", "batch_size", "width", "depth"):
-        parser.add_argument("--" + field.replace("_", "-"), type=int, help=f"override the scale's {field}")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: 1)")
-    parser.add_argument("--cache", type=Path, help="folder to keep the generated samples in")
-    parser.add_argument("--out", type=Path, help="folder for results.json and table.md")
-    parser.add_argument("--figure", type=Path, help="PNG path for the figure")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
+    def family(parser):
+        parser.add_argument("--family", choices=("lognormal", "piecewise"),
+                            help="coefficient map (default: lognormal)")
+
+    args, scale, names, device = parse_arguments(
+        argv, __doc__, SCALES, Scale, ("grid", "reference", "n_train", "n_test", "epochs", "batch_size", "width", "depth"),
+        "registered model names (default: tno)", "folder to keep the generated samples in", extra=family)
     log.setLevel(logging.INFO)
-    logging.getLogger("geoattn.train").setLevel(logging.INFO)  # one line per epoch
-    torch.set_num_threads(args.threads)
-    overrides = {k: v for k, v in vars(args).items() if k in Scale.__dataclass_fields__ and v is not None}
-    scale = replace(SCALES[args.scale], **overrides)
-    names = args.models or list(scale.models)
-    unknown = set(names) - set(MODELS)
-    if unknown:
-        parser.error(f"unknown models {sorted(unknown)}; registered: {sorted(MODELS)}")
-    device = torch.device(args.device)
     tic = time.perf_counter()
     meshes = benchmark_meshes(scale.grid)
     values = solutions(scale, meshes, args.seed, args.cache)
@@ -230,37 +208,21 @@ def main(argv: list[str] | None = None) -> dict:
     results = {"nodes": {k: len(m.points) for k, m in meshes.items()}, "models": {},
                "training mean": mean_errors(meshes, values, train_rows, test_rows),
                "P1 solve on the mesh": fem_errors(scale, meshes, values, args.seed, test_rows)}
-    operators = {}
-    for name in names:
+
+    def kwargs_of(name: str) -> dict:
         kwargs = model_kwargs(name, scale, len(meshes["grid"].points))  # reads width, depth, num_heads
         if name == "mesh_fno":
             kwargs["padding"] = 0.25  # not periodic: FNO's domain padding
-        op, info = train(name, kwargs, training, scale, device, args.seed, h1=args.loss == "h1")
-        info["errors"] = score(op, tests, device, scale.batch_size)
-        results["models"][name] = info
-        operators[name] = op.cpu()
-        log.info("%s: %s", name, {s: round(summary(e["weighted"])[0], 5) for s, e in info["errors"].items()})
-    total = time.perf_counter() - tic
+        return kwargs
+
+    operators = train_models(names, kwargs_of, training, tests, scale, device, args.seed,
+                             args.loss == "h1", results, log)
     table = markdown(results, baselines=("training mean", "P1 solve on the mesh"), paper=PAPER,
                      paper_title="paper (Table 1, 64 x 64 grid)")
-    load = os.getloadavg()
-    machine = (torch.cuda.get_device_name(device) if device.type == "cuda" else
-               f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch thread(s)")
-    footer = (f"scale {args.scale}: {asdict(scale)}; loss {args.loss}; device {device} ({machine}); data "
-              f"{data_seconds:.0f} s; total {total:.0f} s; load average at the end {load[0]:.1f} / {load[2]:.1f} "
-              "(1 / 15 min)")
-    print(table)
-    print(footer)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "results.json").write_text(json.dumps(
-            {"scale": asdict(scale), "loss": args.loss, "device": str(device), "machine": machine,
-             "data_seconds": data_seconds, "total_seconds": total, "load": load, "results": results}, indent=1))
-        (args.out / "table.md").write_text(table + "\n" + footer + "\n")
+    report(args, scale, device, results, table, data_seconds, tic)
     if args.figure and operators:
-        best = min(operators, key=lambda n: summary(results["models"][n]["errors"]["grid"]["weighted"])[0])
+        best = best_model(results, operators)
         plot(meshes, values, results["models"][best], operators[best], scale.n_train, args.figure, best)
-    results["total_seconds"] = total
     return results
 
 

@@ -311,52 +311,56 @@ def save_png(fig, path: Path, colors: int = 256) -> None:
     Image.open(buffer).convert("RGB").quantize(colors).save(path, optimize=True)
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scale", default="cpu", choices=sorted(SCALES))
-    parser.add_argument("--models", nargs="+", help="registered model names (default: the scale's)")
+def parse_arguments(argv, doc: str, scales: dict, scale_cls, fields: tuple[str, ...],
+                    models_help: str, cache_help: str, extra=None):
+    """The command line shared by this script and ``darcy_calvello.py``: ``(args, scale, names,
+    device)``, with logging and torch threads set up (``extra(parser)`` adds further options)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scale", default="cpu", choices=sorted(scales))
+    parser.add_argument("--models", nargs="+", help=models_help)
     parser.add_argument("--device", default=default_device(), help="default: cuda if available, else cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--loss", default="h1", choices=("h1", "l2"), help="training loss (default: h1, the paper's)")
-    for field in ("grid", "points", "n_train", "n_test", "epochs", "batch_size", "width", "depth"):
+    if extra is not None:
+        extra(parser)
+    for field in fields:
         parser.add_argument("--" + field.replace("_", "-"), type=int, help=f"override the scale's {field}")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: 1)")
-    parser.add_argument("--cache", type=Path, help="folder to keep the generated pairs in")
+    parser.add_argument("--cache", type=Path, help=cache_help)
     parser.add_argument("--out", type=Path, help="folder for results.json and table.md")
     parser.add_argument("--figure", type=Path, help="PNG path for the figure")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
-    log.setLevel(logging.INFO)
     logging.getLogger("geoattn.train").setLevel(logging.INFO)  # one line per epoch
     torch.set_num_threads(args.threads)
-    overrides = {k: v for k, v in vars(args).items() if k in Scale.__dataclass_fields__ and v is not None}
-    scale = replace(SCALES[args.scale], **overrides)
+    overrides = {k: v for k, v in vars(args).items() if k in scale_cls.__dataclass_fields__ and v is not None}
+    scale = replace(scales[args.scale], **overrides)
     names = args.models or list(scale.models)
     unknown = set(names) - set(MODELS)
     if unknown:
         parser.error(f"unknown models {sorted(unknown)}; registered: {sorted(MODELS)}")
-    device = torch.device(args.device)
-    tic = time.perf_counter()
-    coefficients = pairs(scale, args.seed, args.device, args.cache)
-    data_seconds = time.perf_counter() - tic
-    where = discretisations(scale, args.seed)
-    train_rows, test_rows = slice(0, scale.n_train), slice(scale.n_train, scale.n_train + scale.n_test)
-    training = samples_on(coefficients, where["grid"], train_rows, args.device)
-    tests = {name: samples_on(coefficients, w, test_rows, args.device) for name, w in where.items()}
-    log.info("data: %d + %d pairs in %.0f s (with the discretisations %.0f s)", scale.n_train, scale.n_test,
-             data_seconds, time.perf_counter() - tic)
-    results = {"nodes": {k: len(w["pos"]) for k, w in where.items()}, "models": {},
-               "identity": identity_errors(tests)}
+    return args, scale, names, torch.device(args.device)
+
+
+def train_models(names: list[str], kwargs_of, training: list, tests: dict, scale, device: torch.device,
+                 seed: int, h1: bool, results: dict, logger: logging.Logger) -> dict:
+    """Train every model (``kwargs_of(name)``: its constructor keywords), score it on every test
+    set into ``results["models"]``, and return the trained operators (on the CPU)."""
     operators = {}
     for name in names:
-        kwargs = model_kwargs(name, scale, len(where["grid"]["pos"]))
-        op, info = train(name, kwargs, training, scale, device, args.seed, h1=args.loss == "h1")
+        op, info = train(name, kwargs_of(name), training, scale, device, seed, h1=h1)
         info["errors"] = score(op, tests, device, scale.batch_size)
         results["models"][name] = info
         operators[name] = op.cpu()
-        log.info("%s: %s", name, {s: round(summary(e["weighted"])[0], 5) for s, e in info["errors"].items()})
+        logger.info("%s: %s", name, {s: round(summary(e["weighted"])[0], 5) for s, e in info["errors"].items()})
+    return operators
+
+
+def report(args, scale, device: torch.device, results: dict, table: str, data_seconds: float,
+           tic: float) -> float:
+    """Print the table with a footer (scale, device, time, load) and write ``--out``; the total
+    seconds."""
     total = time.perf_counter() - tic
-    table = markdown(results, paper=PAPER, baselines=("identity",))
     load = os.getloadavg()
     machine = (torch.cuda.get_device_name(device) if device.type == "cuda" else
                f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch thread(s)")
@@ -371,11 +375,39 @@ def main(argv: list[str] | None = None) -> dict:
             {"scale": asdict(scale), "loss": args.loss, "device": str(device), "machine": machine,
              "data_seconds": data_seconds, "total_seconds": total, "load": load, "results": results}, indent=1))
         (args.out / "table.md").write_text(table + "\n" + footer + "\n")
+    results["total_seconds"] = total
+    return total
+
+
+def best_model(results: dict, operators: dict) -> str:
+    """The model with the lowest median error on the training discretisation ``grid``."""
+    return min(operators, key=lambda n: summary(results["models"][n]["errors"]["grid"]["weighted"])[0])
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args, scale, names, device = parse_arguments(
+        argv, __doc__, SCALES, Scale, ("grid", "points", "n_train", "n_test", "epochs", "batch_size", "width", "depth"),
+        "registered model names (default: the scale's)", "folder to keep the generated pairs in")
+    log.setLevel(logging.INFO)
+    tic = time.perf_counter()
+    coefficients = pairs(scale, args.seed, args.device, args.cache)
+    data_seconds = time.perf_counter() - tic
+    where = discretisations(scale, args.seed)
+    train_rows, test_rows = slice(0, scale.n_train), slice(scale.n_train, scale.n_train + scale.n_test)
+    training = samples_on(coefficients, where["grid"], train_rows, args.device)
+    tests = {name: samples_on(coefficients, w, test_rows, args.device) for name, w in where.items()}
+    log.info("data: %d + %d pairs in %.0f s (with the discretisations %.0f s)", scale.n_train, scale.n_test,
+             data_seconds, time.perf_counter() - tic)
+    results = {"nodes": {k: len(w["pos"]) for k, w in where.items()}, "models": {},
+               "identity": identity_errors(tests)}
+    operators = train_models(names, lambda name: model_kwargs(name, scale, len(where["grid"]["pos"])),
+                             training, tests, scale, device, args.seed, args.loss == "h1", results, log)
+    report(args, scale, device, results, markdown(results, paper=PAPER, baselines=("identity",)),
+           data_seconds, tic)
     if args.figure and operators:
-        best = min(operators, key=lambda n: summary(results["models"][n]["errors"]["grid"]["weighted"])[0])
+        best = best_model(results, operators)
         plot(coefficients, results["models"][best], where["graded"], operators[best],
              scale.n_train, args.figure, best)
-    results["total_seconds"] = total
     return results
 
 

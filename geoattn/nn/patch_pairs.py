@@ -150,12 +150,14 @@ def _run(fn, chunked: bool, *args):
 def _score_chunk(x, y, index, coeff, heads):
     n, c = x.shape
     z = _translated(y, index, coeff).view(n, -1, heads, c // heads)
-    return (x.view(n, 1, heads, c // heads) * z).sum(-1)  # faster than einsum's small matmuls
+    # quadrature-ok: the last axis is a head's channels (a dot product; the node sum is index_add)
+    return (x.view(n, 1, heads, c // heads) * z).sum(-1)
 
 
 def _mix_chunk(a, y, index, coeff):
     n, p, h = a.shape
     z = _translated(y, index, coeff).view(n, p, h, -1)
+    # quadrature-ok: axis 1 is the source patches q, the softmax-weighted sum over patches
     return (a.unsqueeze(-1) * z).sum(1).reshape(n, -1)
 
 

@@ -1,28 +1,14 @@
 """``benchmarks/darcy_calvello.py`` on a tiny setting (the full run is a benchmark)."""
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-
-FOLDER = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 @pytest.fixture
-def bench(monkeypatch):
-    monkeypatch.syspath_prepend(str(FOLDER))  # the script imports its sibling `kolmogorov`
-    threads = torch.get_num_threads()  # main() sets them
-    spec = importlib.util.spec_from_file_location("darcy_calvello_benchmark", FOLDER / "darcy_calvello.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
-    torch.set_num_threads(threads)
+def bench(load_script):
+    return load_script("darcy_calvello")
 
 
 def test_boundary_refined_mesh_keeps_the_square_and_grades_by_the_stated_ratio(bench):

@@ -1,9 +1,5 @@
 """Machinery of ``benchmarks/darcy_compare.py`` on a tiny setting (the full run is a benchmark)."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -11,17 +7,10 @@ import torch
 from geoattn.mesh import families
 from geoattn.train import relative_l2
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "darcy_compare.py"
-
 
 @pytest.fixture(scope="module")
-def dc():
-    spec = importlib.util.spec_from_file_location("darcy_compare", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+def dc(load_script):
+    return load_script("darcy_compare")
 
 
 def test_mesh_grid_interpolation_is_exact_for_linear_functions(dc):

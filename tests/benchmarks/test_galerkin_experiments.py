@@ -1,9 +1,6 @@
 """Smoke runs of ``benchmarks/galerkin_experiments.py`` at the tiny scale, and its pieces."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,17 +9,11 @@ from geoattn.data.burgers import burgers_data, nonuniform_samples, on_circle
 from geoattn.train import NormalizedOperator
 
 THREADS = ["--threads", str(torch.get_num_threads())]  # leave the session's thread count as it is
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "galerkin_experiments.py"
 
 
 @pytest.fixture(scope="module")
-def gx():
-    spec = importlib.util.spec_from_file_location("galerkin_experiments", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+def gx(load_script):
+    return load_script("galerkin_experiments")
 
 
 def test_burgers_tiny_run(gx, tmp_path):

@@ -1,28 +1,16 @@
 """``benchmarks/kolmogorov.py`` on a tiny setting (the full run is a benchmark)."""
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from geoattn.data.navier_stokes import LENGTH, evaluate
 
-FOLDER = Path(__file__).resolve().parents[2] / "benchmarks"
-
 
 @pytest.fixture
-def bench():
-    threads = torch.get_num_threads()  # main() sets them
-    spec = importlib.util.spec_from_file_location("kolmogorov_benchmark", FOLDER / "kolmogorov.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
-    torch.set_num_threads(threads)
+def bench(load_script):
+    return load_script("kolmogorov")
 
 
 def test_discretisations_carry_the_same_pairs(bench):

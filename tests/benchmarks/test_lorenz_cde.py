@@ -1,9 +1,6 @@
 """``benchmarks/lorenz_cde.py`` on a tiny setting (the full run is a benchmark)."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,17 +9,10 @@ import torch
 from geoattn.data.odes import nonuniform_grid, ode_samples
 from geoattn.train import relative_l2
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "lorenz_cde.py"
-
 
 @pytest.fixture(scope="module")
-def lc():
-    spec = importlib.util.spec_from_file_location("lorenz_cde", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+def lc(load_script):
+    return load_script("lorenz_cde")
 
 
 @pytest.fixture(scope="module")
