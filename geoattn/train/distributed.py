@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 
 import torch
@@ -16,7 +17,7 @@ def init_distributed(device: str | torch.device | None = None) -> bool:
     ``cuda:LOCAL_RANK`` when CUDA is available and the CPU otherwise; give the device (as
     :func:`~geoattn.train.trainer.resolve_device` returns it) to train on the CPU of a machine
     with GPUs. Returns whether training is distributed; a single process (no ``torchrun``)
-    returns ``False``.
+    returns ``False``. A group joined here is left again when the interpreter exits.
     """
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return False
@@ -28,4 +29,13 @@ def init_distributed(device: str | torch.device | None = None) -> bool:
         if backend == "nccl":
             torch.cuda.set_device(device)
         dist.init_process_group(backend)
+        # Leave the group before the interpreter tears down: a gloo group destroyed by garbage
+        # collection at exit can abort the process ("terminate called without an active
+        # exception") after training has finished.
+        atexit.register(_leave)
     return True
+
+
+def _leave() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
