@@ -78,6 +78,9 @@ def add_args(parser: argparse.ArgumentParser) -> None:
                         help="last fraction of samples kept for validation, in [0, 1) (default: %(default)s)")
     parser.add_argument("--unweighted", action="store_true", help="node-average ablation")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="processes reading the next batches from the dataset file while the model "
+                             "trains (default: %(default)s, read in the training process)")
     parser.add_argument("--tensorboard", action="store_true",
                         help="also log the metrics for TensorBoard in OUT/tensorboard (the tensorboard extra)")
     parser.add_argument("--no-progress", action="store_true")
@@ -199,16 +202,15 @@ def run(args: argparse.Namespace) -> int:
     if args.tensorboard:
         require("tensorboard", "tensorboard", "--tensorboard")  # fail now, not after reading the data
     init_distributed(device)  # no-op unless launched by torchrun; NCCL only for a CUDA device
-    dataset = DarcyDataset(args.data, mesh=args.mesh)
-    samples = [dataset[i] for i in range(len(dataset))]
-    if not samples:
+    dataset = DarcyDataset(args.data, mesh=args.mesh)  # read lazily: a sample at a time
+    if len(dataset) == 0:
         raise DatasetFileError(f"{args.data} holds no samples to train on")
-    n_val = math.floor(len(samples) * val_fraction)
-    train, val = samples[:len(samples) - n_val], samples[len(samples) - n_val:]
+    n_val = math.floor(len(dataset) * val_fraction)
+    train, val = dataset[:len(dataset) - n_val], dataset[len(dataset) - n_val:]
     state, last = None, out / "last.pt"
     if args.resume and last.exists():
         state, name, model_kw = _resumed(last, name, model_kw, args)
-    first = samples[0]
+    first = dataset[0]
     torch.manual_seed(train_kw.get("seed", 0))  # before the model: its initial weights follow the seed
     try:
         model = build_model(name, in_channels=first.x.shape[1], out_channels=first.y.shape[1],
@@ -216,7 +218,8 @@ def run(args: argparse.Namespace) -> int:
     except (TypeError, ValueError, RuntimeError, MemoryError) as err:
         raise ConfigError(f"cannot build model {name!r} with {model_kw}: {err}") from err
     op = NormalizedOperator(model, unweighted=args.unweighted)
-    trainer = Trainer(op, out, progress=not args.no_progress, tensorboard=args.tensorboard, **train_kw)
+    trainer = Trainer(op, out, progress=not args.no_progress, tensorboard=args.tensorboard,
+                      workers=args.workers, **train_kw)
     if state is not None:
         _check_resumable(state, last, op, trainer.epochs * math.ceil(len(train) / trainer.batch_size))
     history = trainer.fit(train, val or None, resume=args.resume)

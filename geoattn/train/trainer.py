@@ -26,13 +26,13 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch_geometric.data import Batch
 
 from ..errors import ChannelError, ConfigError, FieldLengthError, NonFiniteLossError
 from ..mesh.validation import located, validate_sample
 from ..optional import progress as progress_bar
 from ..optional import require
 from .checkpoint import load_checkpoint, operator_payload, save_checkpoint
+from .loader import EpochBatches, batch_loader, collate
 from .loss import relative_h1, relative_l2
 from .operator import NormalizedOperator
 
@@ -104,20 +104,6 @@ def sample_errors(operator: torch.nn.Module, batch, h1: bool = False, *,
     return relative_l2(pred, batch.y, batch.weight, batch.batch, batch.num_graphs, reduction="none")
 
 
-def collate(samples: Sequence, h1: bool = False) -> Batch:
-    """One PyG batch of ``samples``. Point clouds and meshes batch together: attributes that only
-    some samples have (the cells and mesh data of the meshes) are left out, as no quadrature here
-    needs them; the H1 loss needs the cells, so with ``h1`` a sample without cells is a
-    :class:`~geoattn.errors.FieldLengthError`."""
-    samples = list(samples)
-    keys = [set(d.keys()) for d in samples]
-    if h1 and not all("cells" in k for k in keys):
-        first = next(i for i, k in enumerate(keys) if "cells" not in k)
-        raise FieldLengthError(f"sample {first} has no cells; the H1 loss needs mesh cells")
-    partial = set().union(*keys) - set.intersection(*keys) if keys else set()
-    return Batch.from_data_list(samples, exclude_keys=sorted(partial))
-
-
 @torch.no_grad()
 def evaluate_errors(operator: NormalizedOperator, samples: Sequence, batch_size: int = 4,
                     h1: bool = False) -> torch.Tensor:
@@ -125,7 +111,8 @@ def evaluate_errors(operator: NormalizedOperator, samples: Sequence, batch_size:
     was_training = operator.training
     operator.eval()
     device = next(operator.parameters()).device
-    errors = [sample_errors(operator, collate(samples[i:i + batch_size], h1).to(device), h1)
+    errors = [sample_errors(operator, collate([samples[j] for j in range(i, min(i + batch_size, len(samples)))],
+                                              h1).to(device), h1)
               for i in range(0, len(samples), batch_size)]
     operator.train(was_training)
     return torch.cat(errors)
@@ -187,6 +174,12 @@ class Trainer:
         precision: ``"fp32"`` (default), ``"bf16"`` (forward pass under bfloat16 autocast, CPU or
             GPU) or ``"fp16"`` (float16 autocast with a gradient scaler, CUDA only). Validation
             errors are computed without autocast.
+        workers: processes that read and collate the next batches while the model trains
+            (:func:`~geoattn.train.loader.batch_loader`; default ``0``: in this process). Worth it
+            for lazily read datasets (:class:`~geoattn.data.DarcyDataset`); the batches are the
+            same for any number of workers.
+        pin_memory: batches in page-locked memory, for faster copies to a GPU (default ``None``:
+            when the device is CUDA).
         tensorboard: also log the ``metrics.csv`` columns (``train``, ``val``, ``lr``,
             ``seconds``) per epoch for TensorBoard, in ``out_dir/tensorboard`` (``True``) or in
             the folder given; needs the ``tensorboard`` extra (default ``False``).
@@ -204,6 +197,7 @@ class Trainer:
                  epochs: int = 20, batch_size: int = 4, lr: float = 1e-3, weight_decay: float = 1e-4,
                  clip: float | None = 1.0, h1: bool = False, seed: int = 0, progress: bool = True,
                  device: str | torch.device | None = None, precision: str = "fp32",
+                 workers: int = 0, pin_memory: bool | None = None,
                  tensorboard: bool | str | Path = False):
         self.operator = operator
         self.out_dir = Path(out_dir) if out_dir is not None else None
@@ -213,6 +207,10 @@ class Trainer:
         self.device = next(operator.parameters()).device if device is None else resolve_device(device)
         self.precision = precision
         self.autocast = check_precision(precision, self.device)
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+            raise ConfigError(f"workers must be an integer >= 0, got {workers!r}")
+        self.workers = workers
+        self.pin_memory = self.device.type == "cuda" if pin_memory is None else bool(pin_memory)
         distributed = dist.is_available() and dist.is_initialized()
         self.rank = dist.get_rank() if distributed else 0
         self.world = dist.get_world_size() if distributed else 1
@@ -238,7 +236,8 @@ class Trainer:
         """The training settings, as stored in checkpoints under ``"trainer"``."""
         return {"epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr,
                 "weight_decay": self.weight_decay, "clip": self.clip, "h1": self.h1, "seed": self.seed,
-                "device": str(self.device), "precision": self.precision, "world_size": self.world}
+                "device": str(self.device), "precision": self.precision, "world_size": self.world,
+                "workers": self.workers}
 
     def _errors(self, model: torch.nn.Module, batch) -> torch.Tensor:
         """:func:`sample_errors` at the trainer's precision; a model whose operations have no
@@ -318,18 +317,19 @@ class Trainer:
             ids = [device.index if device.index is not None else torch.cuda.current_device()] \
                 if device.type == "cuda" else None
             step_model = torch.nn.parallel.DistributedDataParallel(op, device_ids=ids)
+        batches = EpochBatches(len(train), self.batch_size, self.seed, self.rank, self.world)
+        loader = batch_loader(train, batches, self.h1, self.workers, self.pin_memory)
         bar = progress_bar(total=(self.epochs - start) * steps, enabled=self.progress and self.rank == 0,
                            desc="train", unit="step", leave=False)
         with self._summary_writer(start) as board:  # None without TensorBoard
             for epoch in range(start, self.epochs):
                 tic = time.perf_counter()
                 torch.manual_seed(self.seed * 100_003 + epoch)
-                order = torch.randperm(len(train), generator=torch.Generator().manual_seed(self.seed * 100_003 + epoch))
+                batches.epoch = epoch
                 op.train()
                 total = torch.zeros(2, dtype=torch.float64, device=device)  # [sum of errors, count]
-                for step in range(steps):
-                    ids = order[step * self.batch_size:(step + 1) * self.batch_size][self.rank::self.world]
-                    batch = collate([train[int(i)] for i in ids], self.h1).to(device)
+                for step, batch in enumerate(loader):
+                    batch = batch.to(device, non_blocking=self.pin_memory)
                     errors = self._errors(step_model, batch)
                     loss = errors.mean()  # quadrature-ok: mean over samples
                     if not torch.isfinite(loss):
