@@ -36,6 +36,9 @@ class NeuralOperator(nn.Module):
     """
 
     model_name: str = ""
+    #: Meshes whose per-mesh structures (radius graphs, patch stencils) a model keeps
+    #: (:class:`~geoattn.mesh.cache.StructureCache`; ``0``: rebuild them in every forward pass).
+    cache_size: int = 8
     hparams: dict[str, Any]
 
     def __init_subclass__(cls, name: str | None = None, **kwargs):

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..mesh.cache import StructureCache
 from ..mesh.neighbors import radius_graph
 from ..nn.graph_kernel import GraphKernelIntegral
 from .base import NeuralOperator
@@ -47,6 +48,7 @@ class GNO(NeuralOperator, name="gno"):
         super().__init__()
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
         self.radius = radius
+        self._graphs = StructureCache(self.cache_size)  # radius graph of each mesh, built once
         self.inputs = CoordinateFeatures.of(in_channels, dim, coordinate_features)
         self.lift = PointwiseMLP(self.inputs.out_features, width, width)
         self.kernels = nn.ModuleList(
@@ -58,7 +60,7 @@ class GNO(NeuralOperator, name="gno"):
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
                 batch: torch.Tensor | None = None) -> torch.Tensor:
         self.check_inputs(x, pos)
-        edge_index = radius_graph(pos, self.radius, batch)
+        edge_index = self._graphs.get((pos, batch), lambda: radius_graph(pos, self.radius, batch), self.radius)
         h = self.lift(self.inputs(x, pos))
         for k, (kernel, linear) in enumerate(zip(self.kernels, self.linears)):
             h = linear(h) + kernel(h, pos, weight, batch, edge_index=edge_index, f=x)

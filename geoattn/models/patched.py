@@ -25,14 +25,13 @@ under-resolved.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-from collections import OrderedDict
 from typing import NamedTuple
 
 import torch
 from torch import nn
 
+from ..mesh.cache import StructureCache
 from ..mesh.partition import Partition, partition as make_partition
 from ..nn.functional import graph_slices
 from ..nn.patch_attention import PatchAttention
@@ -138,8 +137,6 @@ class PatchedOperator(EncoderOperator):
 
     spectral_lift: bool = False
     spectral_qkv: bool = False
-    #: Meshes whose patch stencils are kept (:mod:`geoattn.nn.patch_pairs`).
-    cache_size: int = 8
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
                  depth: int = 3, num_heads: int = 4, ff_mult: int = 2, num_patches: int = 16,
@@ -158,7 +155,7 @@ class PatchedOperator(EncoderOperator):
         self.decoder = self.check_decoder(decoder)
         self.modes = modes
         self._warned_resolution = False
-        self._pairs_cache: OrderedDict = OrderedDict()
+        self._pairs_cache = StructureCache(self.cache_size)
         self._partition: Partition | None = None
         for key, value in _EMPTY_PARTITION.items():
             self.register_buffer(f"partition_{key}", value.clone())
@@ -248,17 +245,14 @@ class PatchedOperator(EncoderOperator):
         """``index`` with the stencils of its nodes against ``source = (index, pos, weight, batch)``
         (default: itself), from the cache when this mesh and partition were seen before."""
         src, pos_s, weight_s, batch_s = source or (index, pos, weight, batch)
-        key = _fingerprint(index.patch, pos, weight, batch, src.patch, pos_s, weight_s, batch_s)
-        pairs = self._pairs_cache.get(key)
-        if pairs is None:
-            pairs = patch_pairs(pos_s, weight_s, src.patch, src.num_patches, batch_s, pos_query=pos,
-                                weight_query=weight, patch_query=index.patch,
-                                num_patches_query=index.num_patches, batch_query=batch)
-            self._pairs_cache[key] = pairs
-            while len(self._pairs_cache) > self.cache_size:
-                self._pairs_cache.popitem(last=False)
-        else:
-            self._pairs_cache.move_to_end(key)
+
+        def build():
+            return patch_pairs(pos_s, weight_s, src.patch, src.num_patches, batch_s, pos_query=pos,
+                               weight_query=weight, patch_query=index.patch,
+                               num_patches_query=index.num_patches, batch_query=batch)
+
+        pairs = self._pairs_cache.get((index.patch, pos, weight, batch, src.patch, pos_s, weight_s, batch_s),
+                                      build, (index.num_patches, src.num_patches))
         return index._replace(pairs=pairs)
 
     def check_resolution(self, index: PatchIndex, batch: torch.Tensor | None = None) -> bool:
@@ -330,20 +324,6 @@ class PatchedOperator(EncoderOperator):
 #: The buffers of a model without a partition (see :meth:`geoattn.mesh.Partition.state`).
 _EMPTY_PARTITION = {"meta": torch.zeros(0, dtype=torch.long), "cuts": torch.zeros(0, 4, dtype=torch.long),
                     "seeds": torch.zeros(0, 0, dtype=torch.long), "seed_patch": torch.zeros(0, dtype=torch.long)}
-
-
-def _fingerprint(*tensors: torch.Tensor | None) -> tuple:
-    """A key naming the exact contents of ``tensors`` (their bytes, shapes, dtypes, device)."""
-    digest = hashlib.blake2b(digest_size=16)
-    meta = []
-    for t in tensors:
-        if t is None:
-            meta.append(None)
-            continue
-        t = t.detach()
-        meta.append((tuple(t.shape), str(t.dtype), str(t.device)))
-        digest.update(t.contiguous().cpu().numpy().tobytes())
-    return digest.hexdigest(), tuple(meta)
 
 
 _ARGS = r"""
