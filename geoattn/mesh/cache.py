@@ -15,6 +15,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
+import torch
+
 
 def fingerprint(*tensors) -> tuple:
     """A hashable key naming the exact contents of ``tensors`` (their bytes, shapes, dtypes and
@@ -45,8 +47,12 @@ class StructureCache:
         self._entries: OrderedDict = OrderedDict()
         self.hits = self.misses = 0
 
+    @torch.compiler.disable
     def get(self, tensors: tuple, build: Callable[[], Any], settings: Hashable = ()) -> Any:
-        """The structure of ``tensors`` (and ``settings``): from the cache, else ``build()``."""
+        """The structure of ``tensors`` (and ``settings``): from the cache, else ``build()``.
+
+        Runs eagerly under :func:`torch.compile` (hashing and building use NumPy and SciPy).
+        """
         key = (fingerprint(*tensors), settings)
         if key in self._entries:
             self.hits += 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .functional import dense_batch, num_graphs, quadrature_attention, query_side
+from .functional import dense_batch, num_graphs, quadrature_attention, query_side, unpad
 
 __all__ = ["ContinuumAttention"]
 
@@ -101,7 +101,7 @@ class ContinuumAttention(nn.Module):
                                    self._split_heads(v_d), w_d,
                                    dropout_p=self.dropout if self.training else 0.0)
         out = out.transpose(1, 2).flatten(2)  # (B, Lq, H D)
-        return self.to_out(out[q_mask])  # (Nq, C_q)
+        return self.to_out(unpad(out, q_mask, batch_query))  # (Nq, C_q)
 
     def extra_repr(self) -> str:
         query = "" if self.query_channels == self.channels else f", query_channels={self.query_channels}"

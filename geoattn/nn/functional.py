@@ -37,6 +37,7 @@ __all__ = [
     "quadrature_attention",
     "query_side",
     "segment_matmul",
+    "unpad",
     "weighted_gram",
 ]
 
@@ -128,12 +129,22 @@ def dense_batch(x: torch.Tensor, pos: torch.Tensor | None, weight: torch.Tensor,
     """
     if weight.dim() != 1 or weight.shape[0] != x.shape[0]:
         raise ValueError(f"weight must have shape [N] = [{x.shape[0]}], got {tuple(weight.shape)}")
+    if batch is None and batch_size in (None, 1):  # one graph: no padding, no data-dependent sizes
+        mask = torch.ones(1, x.shape[0], dtype=torch.bool, device=x.device)
+        return DenseBatch(x[None], None if pos is None else pos[None], weight[None], mask)
     if batch is None:
         batch = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
     x_d, mask = to_dense_batch(x, batch, batch_size=batch_size)  # (B, L, C), (B, L)
     w_d, _ = to_dense_batch(weight, batch, fill_value=0.0, batch_size=batch_size)  # (B, L)
     pos_d = None if pos is None else to_dense_batch(pos, batch, batch_size=batch_size)[0]
     return DenseBatch(x_d, pos_d, w_d, mask)
+
+
+def unpad(dense: torch.Tensor, mask: torch.Tensor, batch: torch.Tensor | None = None) -> torch.Tensor:
+    """The flat node tensor ``[N, ...]`` of a dense ``[B, L, ...]`` result of :func:`dense_batch`:
+    ``dense[mask]``, or, for one graph (``batch=None``), its rows without a boolean index (whose
+    data-dependent size would break a :func:`torch.compile` graph)."""
+    return dense.flatten(0, 1) if batch is None else dense[mask]
 
 
 def log_weight_bias(weight: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -185,9 +196,7 @@ def quadrature_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, weig
     bias = torch.where(has_mass[:, None], bias, torch.zeros_like(bias))
     bias = bias[:, None, None, :]  # (B, 1, 1, Lk), broadcast over heads and queries
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale)
-    if not bool(has_mass.all()):
-        out = out * has_mass.to(out.dtype)[:, None, None, None]
-    return out
+    return out * has_mass.to(out.dtype)[:, None, None, None]  # no host sync: compiles in one graph
 
 
 def _segments(batch: torch.Tensor | None, n: int, num_graphs: int | None):

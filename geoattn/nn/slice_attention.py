@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .functional import dense_batch, num_graphs
+from .functional import dense_batch, num_graphs, unpad
 
 __all__ = ["SliceAttention"]
 
@@ -106,7 +106,7 @@ class SliceAttention(nn.Module):
             self.to_q(tokens), self.to_k(tokens), self.to_v(tokens),
             dropout_p=self.dropout if self.training else 0.0)  # (B, H, G, D)
         out = torch.einsum("blhg,bhgd->blhd", s_d, attended)  # (B, L, H, D)
-        return self.to_out(out[mask].reshape(n, h * dk))
+        return self.to_out(unpad(out, mask, batch).reshape(n, h * dk))
 
     def extra_repr(self) -> str:
         return (f"{self.channels}, num_heads={self.num_heads}, head_channels={self.head_channels}, "
