@@ -71,6 +71,7 @@ from geoattn.data.darcy import darcy_samples
 from geoattn.data.grf import preset
 from geoattn.eval import cross_mesh_report
 from geoattn.mesh import families
+from geoattn.mesh.interpolation import linear_interpolation
 from geoattn.models import MODELS, NeuralOperator, build_model
 from geoattn.nn.spectral import resolved_modes
 from geoattn.train import NormalizedOperator, Trainer
@@ -505,12 +506,37 @@ def budget_epochs(op: NormalizedOperator, train: list, scale: Scale, seed: int =
     return max(1, int(scale.seconds / float(np.median(seconds[1:] or seconds))))
 
 
+def coefficient_field(meshes: dict):
+    """The coefficient field preset on the bounding box of all the domain's meshes."""
+    points = np.concatenate([m.points[:, :2] for m in meshes.values()])
+    return preset("cao", box=(points.min(0), points.max(0)))
+
+
+def fem_floor(scale: Scale, family: str, domain: str = "square", seed: int = 0) -> dict[str, float]:
+    """How far each mesh's own test targets (its P1 finite-element solutions) are from the
+    solutions on the training mesh refined twice: the mean weighted relative L2 difference at
+    the mesh's nodes, the reference interpolated linearly. A model scored on a mesh cannot be
+    told apart from this discretisation error of the targets below it."""
+    meshes = benchmark_meshes(scale.mesh_n, domain)
+    field = coefficient_field(meshes)
+    test = darcy_samples({**meshes, "reference": families.refine(meshes["train"], 2)}, scale.n_test, seed,
+                         family, field, start=scale.n_train)
+    floor = {}
+    for name in meshes:
+        errors = []
+        for d, r in zip(test[name], test["reference"]):
+            u = linear_interpolation(r.pos, d.pos)(r.y.double())
+            w = d.weight.double()[:, None]
+            errors.append(float(torch.sqrt((w * (d.y.double() - u) ** 2).sum() / (w * u ** 2).sum())))
+        floor[name] = float(np.mean(errors))
+    return floor
+
+
 def run_family(family: str, scale: Scale, names: list[str] | None, device: torch.device,
                seed: int = 0, domain: str = "square") -> dict:
     """Train every model on one coefficient family and score it on every mesh of the domain."""
     meshes = benchmark_meshes(scale.mesh_n, domain)
-    points = np.concatenate([m.points[:, :2] for m in meshes.values()])
-    field = preset("cao", box=(points.min(0), points.max(0)))  # the domain's bounding box
+    field = coefficient_field(meshes)
     tic = time.perf_counter()
     train = darcy_samples({"train": meshes["train"]}, scale.n_train, seed, family, field)["train"]
     test = darcy_samples(meshes, scale.n_test, seed, family, field, start=scale.n_train)
@@ -658,6 +684,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     parser.add_argument("--combine", nargs="+", type=Path, metavar="RESULTS_JSON",
                         help="train nothing: merge the models of earlier runs of one scale into --out")
+    parser.add_argument("--fem-floor", action="store_true",
+                        help="train nothing: print how far each mesh's finite-element targets are from a "
+                             "twice-refined solution (the error floor of the cross-mesh scores)")
     args = parser.parse_args(argv)
     if args.combine:
         return combine(args.combine, args.out)
@@ -667,6 +696,11 @@ def main(argv: list[str] | None = None) -> dict:
         torch.set_num_threads(args.threads)
     scale = replace(SCALES[args.scale], **{k: v for k, v in vars(args).items()
                                            if k in Scale.__dataclass_fields__ and v is not None})
+    if args.fem_floor:
+        floors = {f: fem_floor(scale, f, args.domain) for f in args.families}
+        for family, floor in floors.items():
+            print(f"{family}: " + ", ".join(f"{k} {v:.4f}" for k, v in floor.items()))
+        return floors
     device = torch.device(args.device)
     tic = time.perf_counter()
     results = {f: run_family(f, scale, args.models, device, domain=args.domain) for f in args.families}

@@ -150,3 +150,13 @@ def test_tiny_run_on_the_disk_with_holes(dc):
     assert set(res["models"]) == set(models)
     for row in res["models"].values():
         assert all(0 < e < 2 for e in row["test"].values())
+
+
+def test_fem_floor_falls_under_refinement(dc):
+    """The targets' own discretisation error: positive on every mesh, and on the refined
+    training mesh (h/2) at most about a quarter of the training mesh's, as P1 elements converge
+    at second order in L2 (a loose 0.5 here, the coefficient being rough)."""
+    floor = dc.fem_floor(dc.SCALES["tiny"], "lognormal")
+    assert set(floor) == {"train", "refined", "graded", "foreign"}
+    assert all(0 < v < 0.5 for v in floor.values())
+    assert floor["refined"] < 0.5 * floor["train"]
