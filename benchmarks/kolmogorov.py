@@ -165,13 +165,16 @@ def model_kwargs(name: str, scale: Scale, nodes: int) -> dict:
     """Constructor arguments of a registered model at this scale: width and depth for all, heads
     for the attention models, and for ``mesh_fno`` the modes the training nodes resolve
     (:func:`geoattn.nn.spectral.resolved_modes`, at most 12 as in the paper's FNO) with no
-    domain padding (the flow is periodic)."""
+    domain padding (the flow is periodic); for the patched models (``vit``, ``fano``) 16 patches
+    and the modes their nodes resolve."""
     params = inspect.signature(MODELS[name].__init__).parameters
     kw = {"width": scale.width, "depth": scale.depth}
     if "num_heads" in params:
         kw["num_heads"] = scale.num_heads
     if name == "mesh_fno":
         kw.update(modes=max(1, min(12, resolved_modes(nodes, 2))), padding=0.0)
+    if "num_patches" in params:  # ViT-NO, FANO: the paper's 16 patches, with the modes they resolve
+        kw.update(num_patches=16, modes=resolved_modes(nodes / 16, 2))
     return {k: v for k, v in kw.items() if k in params}
 
 
