@@ -56,7 +56,6 @@ import io
 import json
 import logging
 import os
-import platform
 import threading
 import time
 from dataclasses import asdict, dataclass, replace
@@ -66,6 +65,8 @@ import numpy as np
 import torch
 from scipy.sparse import coo_matrix
 from scipy.spatial import Delaunay
+
+from timing import machine as describe_machine
 
 from geoattn.data.darcy import darcy_samples
 from geoattn.data.grf import preset
@@ -705,8 +706,7 @@ def main(argv: list[str] | None = None) -> dict:
     tic = time.perf_counter()
     results = {f: run_family(f, scale, args.models, device, domain=args.domain) for f in args.families}
     print(table(results))
-    machine = (torch.cuda.get_device_name(device) if device.type == "cuda" else
-               f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads")
+    machine = describe_machine(device)
     load = os.getloadavg()
     print(f"scale {args.scale}: {asdict(scale)}; domain {args.domain}; device {device} ({machine}); total "
           f"{time.perf_counter() - tic:.0f} s; load average at the end {load[0]:.1f} / {load[2]:.1f} (1 / 15 min)")

@@ -36,7 +36,6 @@ import json
 import logging
 import math
 import os
-import platform
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -44,6 +43,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch_geometric.data import Batch
+
+from timing import machine as describe_machine
 
 from geoattn.data.burgers import burgers_data, nonuniform_samples, on_circle, uniform_samples
 from geoattn.data.inverse import NOISE_LEVELS, InverseProblem, node_variance
@@ -478,8 +479,7 @@ def main(argv: list[str] | None = None) -> dict:
         met = {k: r["ratio"] <= TARGET_RATIO for k, r in results["rows"].items()}
     total = time.perf_counter() - tic
     load = os.getloadavg()
-    machine = (torch.cuda.get_device_name(device) if device.type == "cuda" else
-               f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch thread(s)")
+    machine = describe_machine(device)
     footer = (f"scale {args.scale}, seed {args.seed}, device {device} ({machine}); data "
               f"{results['data_seconds']:.0f} s, total {total:.0f} s; load average (1 / 5 / 15 min) "
               f"{load_start[0]:.2f} / {load_start[1]:.2f} / {load_start[2]:.2f} at the start, "

@@ -47,7 +47,6 @@ import inspect
 import json
 import logging
 import os
-import platform
 import statistics
 import time
 from dataclasses import asdict, dataclass, replace
@@ -55,6 +54,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from timing import machine as describe_machine
 
 from geoattn.data.navier_stokes import (KolmogorovSolver, PeriodicGaussianField, evaluate, grid_values,
                                         kolmogorov_pairs, pair_samples, periodic_voronoi_weights,
@@ -365,8 +366,7 @@ def report(args, scale, device: torch.device, results: dict, table: str, data_se
     seconds."""
     total = time.perf_counter() - tic
     load = os.getloadavg()
-    machine = (torch.cuda.get_device_name(device) if device.type == "cuda" else
-               f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch thread(s)")
+    machine = describe_machine(device)
     footer = (f"scale {args.scale}: {asdict(scale)}; loss {args.loss}; device {device} ({machine}); data "
               f"{data_seconds:.0f} s; total {total:.0f} s; load average at the end {load[0]:.1f} / {load[2]:.1f} "
               "(1 / 15 min)")

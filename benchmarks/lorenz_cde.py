@@ -37,13 +37,14 @@ import argparse
 import json
 import logging
 import os
-import platform
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from timing import machine as describe_machine
 
 from geoattn.data.odes import (DT, OPERATORS, TRANSFER_DTS, nonuniform_grid, ode_samples,
                                uniform_grid)
@@ -299,8 +300,7 @@ def main(argv: list[str] | None = None) -> dict:
         if args.figure:
             path = plot(experiment, results[experiment], Path(f"{args.figure}_{experiment}.png"))
             print(f"figure: {path}")
-    machine = (torch.cuda.get_device_name(device) if device.type == "cuda" else
-               f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch thread(s)")
+    machine = describe_machine(device)
     load = os.getloadavg()
     print(f"scale {args.scale}: {asdict(scale)}; seed {args.seed}; device {device} ({machine}); total "
           f"{sum(r['seconds'] for r in results.values()):.0f} s; load average at the end "

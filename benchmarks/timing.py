@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 import time
 
 import torch
@@ -26,3 +27,11 @@ def best_time(fn, device: torch.device, repeat: int, warmup: bool = True) -> flo
         sync(device)
         times.append(time.perf_counter() - start)
     return min(times)
+
+
+def machine(device: torch.device) -> str:
+    """The device in words, for a benchmark's footer: the GPU's name, or the CPU and the number
+    of torch threads."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch thread(s)"

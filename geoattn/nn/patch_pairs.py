@@ -150,15 +150,15 @@ def _run(fn, chunked: bool, *args):
 def _score_chunk(x, y, index, coeff, heads):
     n, c = x.shape
     z = _translated(y, index, coeff).view(n, -1, heads, c // heads)
-    # quadrature-ok: the last axis is a head's channels (a dot product; the node sum is index_add)
-    return (x.view(n, 1, heads, c // heads) * z).sum(-1)
+    # the node sum of the scores is an index_add of weighted values, outside this chunk
+    return (x.view(n, 1, heads, c // heads) * z).sum(-1)  # quadrature-ok: over a head's channels
 
 
 def _mix_chunk(a, y, index, coeff):
     n, p, h = a.shape
     z = _translated(y, index, coeff).view(n, p, h, -1)
-    # quadrature-ok: axis 1 is the source patches q, the softmax-weighted sum over patches
-    return (a.unsqueeze(-1) * z).sum(1).reshape(n, -1)
+    # the softmax-weighted sum over the source patches q (axis 1), not over nodes
+    return (a.unsqueeze(-1) * z).sum(1).reshape(n, -1)  # quadrature-ok: over patches
 
 
 def pair_scores(x: torch.Tensor, y: torch.Tensor, pairs: PatchPairs, num_heads: int = 1) -> torch.Tensor:
