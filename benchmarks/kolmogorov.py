@@ -23,7 +23,10 @@ on the grid, with the relative :math:`H^1` loss (``--loss``) by :class:`geoattn.
 scored by the median (and mean) over the test pairs of the relative :math:`L^2` error, computed
 with each discretisation's quadrature weights. The ablation feeds the same trained model the
 node-average weights :math:`|D|/N` (:func:`geoattn.mesh.node_average_weights`) instead. The
-``identity`` row predicts :math:`\\omega(T + \\Delta t) = \\omega(T)`.
+``identity`` row predicts :math:`\\omega(T + \\Delta t) = \\omega(T)`; the ``linear part`` row adds
+forcing and viscosity over the interval, exactly, and the ``Euler step`` row one explicit step of
+the whole equation (:func:`physics_predictions`): how far a model gets without, and with, the
+advection it has to learn.
 
 ``--scale cpu`` keeps the paper's flow, initial-condition measure, :math:`T` and :math:`\\Delta t`,
 and shrinks everything else: the pairs are solved on a 64 x 64 grid in float32 (the 2/3 rule keeps
@@ -221,6 +224,38 @@ def identity_errors(sets: dict[str, list]) -> dict[str, list[float]]:
     return {name: [float(relative_l2(d.x, d.y, d.weight)) for d in samples] for name, samples in sets.items()}
 
 
+def physics_predictions(coefficients: dict, rows: slice, scale: Scale) -> dict[str, torch.Tensor]:
+    """Fourier coefficients of two predictions from the exact equations, for the pairs ``rows``:
+
+    - ``linear part``: forcing and viscosity only, exactly integrated over the interval,
+      :math:`e^{-\nu k^2 \Delta t}\hat\omega + \Delta t\,\hat f` (no advection);
+    - ``Euler step``: one explicit step of the whole equation over the interval,
+      :math:`e^{-\nu k^2 \Delta t}\hat\omega + \Delta t\,N(\hat\omega)`, with the solver's
+      dealiased advection :math:`N`.
+
+    They show how much of the increment a model must learn from the advection, the quadratic
+    and nonlocal (Biot-Savart) term."""
+    first = coefficients["first"][rows]
+    solver = KolmogorovSolver(scale.solver_n, dtype=getattr(torch, scale.solver_dtype))
+    first = first.to(solver.cdtype)
+    decay = torch.exp(-solver.nu * solver.k2 * scale.interval)
+    return {"linear part": decay * first + scale.interval * solver.forcing,
+            "Euler step": decay * first + scale.interval * solver.tendency(first)}
+
+
+def physics_errors(coefficients: dict, where: dict[str, dict], rows: slice, scale: Scale,
+                   tests: dict[str, list]) -> dict[str, dict[str, list[float]]]:
+    """Relative L2 errors of :func:`physics_predictions` on every discretisation, per pair."""
+    out = {}
+    for name, predicted in physics_predictions(coefficients, rows, scale).items():
+        out[name] = {}
+        for s, w in where.items():
+            as_pairs = {"first": predicted, "second": predicted}
+            values = samples_on(as_pairs, w, slice(None))
+            out[name][s] = [float(relative_l2(v.x, d.y, d.weight)) for v, d in zip(values, tests[s])]
+    return out
+
+
 def markdown(results: dict, reference: str = "grid", target: float = 1.25, paper: dict | None = None,
              baselines: tuple[str, ...] = (), paper_title: str = "paper (Table 3, 416 x 416 grid)") -> str:
     """Markdown tables: median relative L2 per model and set (with the quadrature weights and with
@@ -402,10 +437,10 @@ def main(argv: list[str] | None = None) -> dict:
     log.info("data: %d + %d pairs in %.0f s (with the discretisations %.0f s)", scale.n_train, scale.n_test,
              data_seconds, time.perf_counter() - tic)
     results = {"nodes": {k: len(w["pos"]) for k, w in where.items()}, "models": {},
-               "identity": identity_errors(tests)}
+               "identity": identity_errors(tests), **physics_errors(coefficients, where, test_rows, scale, tests)}
     operators = train_models(names, lambda name: model_kwargs(name, scale, len(where["grid"]["pos"])),
                              training, tests, scale, device, args.seed, args.loss == "h1", results, log)
-    report(args, scale, device, results, markdown(results, paper=PAPER, baselines=("identity",)),
+    report(args, scale, device, results, markdown(results, paper=PAPER, baselines=("identity", "linear part", "Euler step")),
            data_seconds, tic)
     if args.figure and operators:
         best = best_model(results, operators)

@@ -1,11 +1,16 @@
 """Time to build radius and kNN graphs (and METIS / RCB partitions) on large point clouds.
 
 The radius is chosen so that a ball holds about ``--neighbors`` nodes on average in the unit
-square. Reports the best of ``--repeat`` runs, in seconds, as JSON.
+square. Every neighbour-search backend installed here (scipy always; pyg-lib and torch-cluster
+when installed, or those named with ``--backends``) builds the same graphs on ``--device`` in one
+run, so their speed-ups over scipy are ratios measured side by side; each backend's graphs are
+checked equal to scipy's. Reports the best of ``--repeat`` runs, in seconds, as JSON.
 
 Usage::
 
     python benchmarks/neighbors.py [--nodes 100000] [--neighbors 32] [--repeat 3] [--threads 2]
+                                   [--device cpu|cuda] [--backends scipy torch-cluster]
+                                   [--no-partitions]
 """
 
 from __future__ import annotations
@@ -15,11 +20,24 @@ import json
 import math
 
 import torch
-from timing import best_time
+from timing import best_time, machine
 
 from geoattn.mesh import knn_graph, partition, radius, radius_graph
+from geoattn.mesh.neighbor_search import available_backends
 
-CPU = torch.device("cpu")
+
+def graph_times(pos: torch.Tensor, r: float, backend: str, repeat: int) -> tuple[dict, dict]:
+    """Best times of the three graph builds through ``backend`` and the graphs themselves."""
+    half = pos[: len(pos) // 2]
+    builds = {
+        "radius_graph": lambda: radius_graph(pos, r, backend=backend),
+        "radius_bipartite_half": lambda: radius(pos, half, r, backend=backend),
+        "knn_graph_16": lambda: knn_graph(pos, 16, backend=backend),
+    }
+    graphs = {name: build() for name, build in builds.items()}  # also the warm-up call
+    times = {f"{name}_s": best_time(build, pos.device, repeat, warmup=False)
+             for name, build in builds.items()}
+    return times, graphs
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -29,23 +47,39 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--parts", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--backends", nargs="+", default=None,
+                        help="default: every backend installed here")
+    parser.add_argument("--no-partitions", action="store_true", help="time the graphs only")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
     gen = torch.Generator().manual_seed(0)
-    pos = torch.rand(args.nodes, 2, generator=gen)
-    weight = torch.full((args.nodes,), 1.0 / args.nodes)
+    pos = torch.rand(args.nodes, 2, generator=gen).to(device)
     r = math.sqrt(args.neighbors / (math.pi * args.nodes))
-    report = {"nodes": args.nodes, "radius": r}
-    t = best_time(lambda: radius_graph(pos, r), CPU, args.repeat, warmup=False)
-    report.update(radius_graph_s=t, radius_graph_edges=radius_graph(pos, r).shape[1])
-    half = pos[: args.nodes // 2]
-    t = best_time(lambda: radius(pos, half, r), CPU, args.repeat, warmup=False)
-    report.update(radius_bipartite_half_s=t, radius_bipartite_edges=radius(pos, half, r).shape[1])
-    report.update(knn_graph_16_s=best_time(lambda: knn_graph(pos, 16), CPU, args.repeat, warmup=False))
-    t = best_time(lambda: partition(pos, weight, args.parts, method="rcb"), CPU, 1, warmup=False)
-    report.update(rcb_partition_s=t, parts=args.parts)
-    t = best_time(lambda: partition(pos, weight, args.parts), CPU, 1, warmup=False)
-    report.update(metis_partition_knn_graph_s=t)
+    backends = args.backends or available_backends()
+    report = {"nodes": args.nodes, "radius": r, "device": machine(device), "backends": {}}
+    reference = None
+    for backend in ["scipy"] + [b for b in backends if b != "scipy"]:
+        times, graphs = graph_times(pos, r, backend, args.repeat)
+        if reference is None:
+            reference = graphs
+            report.update(radius_graph_edges=graphs["radius_graph"].shape[1],
+                          radius_bipartite_edges=graphs["radius_bipartite_half"].shape[1])
+        else:
+            times["same_graphs_as_scipy"] = all(torch.equal(graphs[k], reference[k]) for k in graphs)
+            times["speedup_over_scipy"] = {
+                k: round(report["backends"]["scipy"][k] / v, 2) for k, v in times.items()
+                if k.endswith("_s")}
+        report["backends"][backend] = times
+    if not args.no_partitions:
+        cpu_pos = pos.cpu()
+        weight = torch.full((args.nodes,), 1.0 / args.nodes)
+        t = best_time(lambda: partition(cpu_pos, weight, args.parts, method="rcb"), cpu_pos.device, 1,
+                      warmup=False)
+        report.update(rcb_partition_s=t, parts=args.parts)
+        t = best_time(lambda: partition(cpu_pos, weight, args.parts), cpu_pos.device, 1, warmup=False)
+        report.update(metis_partition_knn_graph_s=t)
     print(json.dumps(report, indent=2))
     return report
 

@@ -39,3 +39,55 @@ def _restore_torch_threads():
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
+
+
+def _sorted(batch):
+    if batch is not None:
+        assert bool((batch[1:] >= batch[:-1]).all()), "the search packages need sorted batch vectors"
+
+
+def _same_graph(batch_x, batch_y):
+    return batch_y[:, None] == batch_x[None, :]
+
+
+def capped_radius_search(x, y, r, batch_x=None, batch_y=None, max_num_neighbors=32):
+    """A radius search with the contract of pyg-lib's and torch-cluster's (brute force): at most
+    ``max_num_neighbors`` sources per query node in a shuffled order, a strict ``<`` in the
+    inputs' dtype, sorted batch vectors only; returns ``[query, source]``."""
+    _sorted(batch_x), _sorted(batch_y)
+    ok = torch.cdist(y, x).square() < r * r
+    if batch_x is not None:
+        ok &= _same_graph(batch_x, batch_y)
+    gen = torch.Generator().manual_seed(0)
+    rows, cols = [], []
+    for i in range(len(y)):
+        js = ok[i].nonzero().flatten()
+        js = js[torch.randperm(len(js), generator=gen)][:max_num_neighbors]
+        rows.append(torch.full_like(js, i))
+        cols.append(js)
+    return torch.stack([torch.cat(rows), torch.cat(cols)])
+
+
+def knn_search(x, y, k, batch_x=None, batch_y=None):
+    """A kNN search with the packages' contract (brute force): fewer than ``k`` edges for a query
+    node whose graph has fewer sources; returns ``[query, source]``."""
+    _sorted(batch_x), _sorted(batch_y)
+    d = torch.cdist(y, x)
+    if batch_x is not None:
+        d = d.masked_fill(~_same_graph(batch_x, batch_y), float("inf"))
+    dist, idx = d.topk(min(k, len(x)), largest=False)
+    query = torch.arange(len(y))[:, None].expand_as(idx)
+    found = dist.isfinite()
+    return torch.stack([query[found], idx[found]])
+
+
+@pytest.fixture
+def fake_device_search(monkeypatch):
+    """Pretend torch-cluster is installed, answering with the brute-force searches above; returns
+    the backend's name."""
+    from geoattn.mesh import neighbor_search
+
+    monkeypatch.setattr(neighbor_search, "_has_torch_cluster", lambda: True)
+    monkeypatch.setattr(neighbor_search, "_search_fn",
+                        lambda backend, op: capped_radius_search if op == "radius" else knn_search)
+    return "torch-cluster"

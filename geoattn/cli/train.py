@@ -17,7 +17,8 @@ Model and training settings come from flags or a TOML file (flags win)::
 Every setting is checked before any work: a wrong type or an out-of-range value (``width = 0``,
 ``--lr nan``, ``--val-fraction 1``) raises :class:`~geoattn.errors.ConfigError` naming it. The same
 ``--seed`` gives the same weights. ``--resume`` continues ``OUT/last.pt`` with the model stored in
-it; settings that contradict it are refused.
+it; settings that contradict it are refused. A run is never replaced by accident: an ``OUT`` that
+holds one is refused unless ``--resume`` or ``--overwrite`` is given.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ def add_args(parser: argparse.ArgumentParser) -> None:
                         help="last fraction of samples kept for validation, in [0, 1) (default: %(default)s)")
     parser.add_argument("--unweighted", action="store_true", help="node-average ablation")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start a new run in an OUT that holds one (its checkpoints are replaced)")
     parser.add_argument("--workers", type=int, default=0,
                         help="processes reading the next batches from the dataset file while the model "
                              "trains (default: %(default)s, read in the training process)")
@@ -197,6 +200,12 @@ def run(args: argparse.Namespace) -> int:
     name, model_kw, train_kw = settings(args)
     val_fraction = check_setting("--val-fraction", args.val_fraction, float, 0, 1)
     out = check_writable(args.out, folder=True)
+    last = out / "last.pt"
+    if last.exists() and not (args.resume or args.overwrite):
+        raise ConfigError(f"{out} holds a run ({last.name}); give --resume to continue it, --overwrite "
+                          "to replace it, or another --out")
+    if args.resume and args.overwrite:
+        raise ConfigError("give --resume or --overwrite, not both")
     device = train_kw["device"] = resolve_device(train_kw.get("device", "auto"))
     check_precision(train_kw.get("precision", "fp32"), device)
     if args.tensorboard:
@@ -207,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
         raise DatasetFileError(f"{args.data} holds no samples to train on")
     n_val = math.floor(len(dataset) * val_fraction)
     train, val = dataset[:len(dataset) - n_val], dataset[len(dataset) - n_val:]
-    state, last = None, out / "last.pt"
+    state = None
     if args.resume and last.exists():
         state, name, model_kw = _resumed(last, name, model_kw, args)
     first = dataset[0]

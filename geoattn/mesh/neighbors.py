@@ -6,6 +6,11 @@ and ``edge_index[1]`` target nodes ``i``, so a message-passing layer sums over
 (the query is a geometric preprocessing step; the result is moved to the device of ``pos``).
 Batches of graphs are handled by lifting every graph to its own slab along an extra coordinate,
 far enough apart that no neighbour can cross between graphs.
+
+Every function takes ``backend=`` (see :mod:`geoattn.mesh.neighbor_search`): ``"auto"`` (the
+default) keeps scipy for CPU tensors and, for CUDA tensors, searches on the device through
+``pyg-lib`` or ``torch-cluster`` when one is installed; the radius graphs are the same exact
+sets either way.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 from scipy.spatial import cKDTree
+
+from .neighbor_search import device_knn, device_radius, resolve_backend
 
 
 def _lift(pos: torch.Tensor, batch: torch.Tensor | None, gap: float) -> np.ndarray:
@@ -31,15 +38,19 @@ def _gap(*pos: torch.Tensor, r: float = 0.0) -> float:
     return float((hi - lo).norm()) * 2.0 + 2.0 * r + 1.0
 
 
-def _edges(src: np.ndarray, dst: np.ndarray, device: torch.device) -> torch.Tensor:
-    num = int(max(src.max(initial=-1), dst.max(initial=-1))) + 1
-    order = np.argsort(dst.astype(np.int64) * num + src)  # by target, then source: deterministic
-    ei = np.stack([src[order], dst[order]]).astype(np.int64)
-    return torch.from_numpy(ei).to(device)
+def _edges(src, dst, device: torch.device) -> torch.Tensor:
+    """``[2, E]`` (source, target) on ``device``, sorted by target then source: deterministic."""
+    src = torch.as_tensor(src, dtype=torch.int64).to(device)
+    dst = torch.as_tensor(dst, dtype=torch.int64).to(device)
+    if src.numel() == 0:
+        return torch.stack([src, dst])
+    num = int(torch.maximum(src.max(), dst.max())) + 1
+    order = torch.argsort(dst * num + src)
+    return torch.stack([src[order], dst[order]])
 
 
 def radius_graph(pos: torch.Tensor, r: float, batch: torch.Tensor | None = None,
-                 loop: bool = True) -> torch.Tensor:
+                 loop: bool = True, backend: str = "auto") -> torch.Tensor:
     """All pairs of nodes of one point cloud at distance :math:`\\le r`.
 
     .. math::
@@ -52,12 +63,20 @@ def radius_graph(pos: torch.Tensor, r: float, batch: torch.Tensor | None = None,
             graphs.
         loop: include the self-loops ``(i, i)`` (default ``True``: the ball contains its centre,
             as the integral :math:`\\int_{B_r(x)}` needs).
+        backend: ``"auto"``, ``"scipy"``, ``"pyg-lib"`` or ``"torch-cluster"`` (see the module).
 
     Returns:
         ``edge_index [2, E]`` (source, target), symmetric, sorted by target then source.
     """
     if r <= 0:
         raise ValueError(f"radius must be positive, got r={r}")
+    backend = resolve_backend(backend, pos.device, "radius")
+    if backend != "scipy":
+        src, dst = device_radius(pos, pos, r, batch, batch, backend)
+        if not loop:
+            keep = src != dst
+            src, dst = src[keep], dst[keep]
+        return _edges(src, dst, pos.device)
     p = _lift(pos, batch, _gap(pos, r=r))
     pairs = cKDTree(p).query_pairs(r, output_type="ndarray")  # [E, 2] with i < j
     src = [pairs[:, 0], pairs[:, 1]]
@@ -69,18 +88,21 @@ def radius_graph(pos: torch.Tensor, r: float, batch: torch.Tensor | None = None,
     return _edges(np.concatenate(src), np.concatenate(dst), pos.device)
 
 
-def _bipartite(pos: torch.Tensor, pos_query: torch.Tensor, batch: torch.Tensor | None,
-               batch_query: torch.Tensor | None, r: float = 0.0):
-    """Both node sets lifted apart by graph (see :func:`_lift`), after checking the batches."""
+def _check_batches(batch: torch.Tensor | None, batch_query: torch.Tensor | None) -> None:
     if (batch is None) != (batch_query is None):
         raise ValueError("give both batch and batch_query, or neither")
+
+
+def _bipartite(pos: torch.Tensor, pos_query: torch.Tensor, batch: torch.Tensor | None,
+               batch_query: torch.Tensor | None, r: float = 0.0):
+    """Both node sets lifted apart by graph (see :func:`_lift`)."""
     gap = _gap(pos, pos_query, r=r)
     return _lift(pos, batch, gap), _lift(pos_query, batch_query, gap)
 
 
 def radius(pos: torch.Tensor, pos_query: torch.Tensor, r: float,
            batch: torch.Tensor | None = None,
-           batch_query: torch.Tensor | None = None) -> torch.Tensor:
+           batch_query: torch.Tensor | None = None, backend: str = "auto") -> torch.Tensor:
     """Bipartite radius graph: every source node within distance :math:`r` of each query node.
 
     Args:
@@ -89,12 +111,17 @@ def radius(pos: torch.Tensor, pos_query: torch.Tensor, r: float,
         r: radius (``> 0``).
         batch: graph index of each source node ``[N]`` (default ``None``).
         batch_query: graph index of each query node ``[Nq]`` (required with ``batch``).
+        backend: ``"auto"``, ``"scipy"``, ``"pyg-lib"`` or ``"torch-cluster"`` (see the module).
 
     Returns:
         ``edge_index [2, E]``: row 0 indexes ``pos``, row 1 indexes ``pos_query``.
     """
     if r <= 0:
         raise ValueError(f"radius must be positive, got r={r}")
+    _check_batches(batch, batch_query)
+    backend = resolve_backend(backend, pos.device, "radius")
+    if backend != "scipy":
+        return _edges(*device_radius(pos, pos_query, r, batch, batch_query, backend), pos.device)
     ps, pt = _bipartite(pos, pos_query, batch, batch_query, r)
     dist = cKDTree(pt).sparse_distance_matrix(cKDTree(ps), r, output_type="ndarray")
     return _edges(dist["j"], dist["i"], pos.device)
@@ -102,7 +129,7 @@ def radius(pos: torch.Tensor, pos_query: torch.Tensor, r: float,
 
 def knn(pos: torch.Tensor, pos_query: torch.Tensor, k: int,
         batch: torch.Tensor | None = None,
-        batch_query: torch.Tensor | None = None) -> torch.Tensor:
+        batch_query: torch.Tensor | None = None, backend: str = "auto") -> torch.Tensor:
     """The ``k`` nearest source nodes of every query node (bipartite kNN graph).
 
     Args:
@@ -111,12 +138,18 @@ def knn(pos: torch.Tensor, pos_query: torch.Tensor, k: int,
         k: neighbours per query node (at most the number of source nodes in its graph).
         batch: graph index of each source node ``[N]`` (default ``None``).
         batch_query: graph index of each query node ``[Nq]`` (required with ``batch``).
+        backend: ``"auto"``, ``"scipy"``, ``"pyg-lib"`` or ``"torch-cluster"`` (see the module;
+            off scipy, ties are broken in the coordinates' dtype).
 
     Returns:
         ``edge_index [2, Nq * k]``: row 0 indexes ``pos``, row 1 indexes ``pos_query``.
     """
     if k < 1 or k > len(pos):
         raise ValueError(f"k must be in [1, {len(pos)}] (number of source nodes), got k={k}")
+    _check_batches(batch, batch_query)
+    backend = resolve_backend(backend, pos.device, "knn")
+    if backend != "scipy":
+        return _edges(*device_knn(pos, pos_query, k, batch, batch_query, backend), pos.device)
     ps, pt = _bipartite(pos, pos_query, batch, batch_query)
     _, src = cKDTree(ps).query(pt, k=k, workers=-1)
     src = np.asarray(src).reshape(len(pt), k)  # [Nq, k]
@@ -129,7 +162,7 @@ def knn(pos: torch.Tensor, pos_query: torch.Tensor, k: int,
 
 
 def knn_graph(pos: torch.Tensor, k: int, batch: torch.Tensor | None = None,
-              loop: bool = False) -> torch.Tensor:
+              loop: bool = False, backend: str = "auto") -> torch.Tensor:
     """k-nearest-neighbour graph of one point cloud (each node receives from its ``k`` neighbours).
 
     Args:
@@ -137,9 +170,10 @@ def knn_graph(pos: torch.Tensor, k: int, batch: torch.Tensor | None = None,
         k: neighbours per node, not counting the node itself.
         batch: graph index of each node ``[N]`` (default ``None``).
         loop: also include the self-loop ``(i, i)`` (default ``False``).
+        backend: as in :func:`knn`.
 
     Returns:
         ``edge_index [2, E]`` (source, target), sorted by target then source.
     """
-    ei = knn(pos, pos, k + 1, batch, batch)  # the nearest neighbour of a (non-duplicate) node is itself
+    ei = knn(pos, pos, k + 1, batch, batch, backend)  # the nearest neighbour of a (non-duplicate) node is itself
     return ei if loop else ei[:, ei[0] != ei[1]]

@@ -44,3 +44,27 @@ def test_tiny_run_scores_every_model_on_every_set(bench, tmp_path, capsys):
         assert errors["grid"]["weighted"] == pytest.approx(errors["grid"]["node_average"], rel=1e-5)
     assert (tmp_path / "results.json").exists() and (tmp_path / "table.md").exists()
     assert (tmp_path / "k.png").stat().st_size > 1000
+
+
+def test_physics_baselines_are_first_and_second_order_in_the_interval(bench):
+    """At T = 11, where the flow is developed: over an interval dt, the identity misses the
+    increment (error ~ dt), the exact linear part misses the advection (also ~ dt) and one
+    explicit Euler step of the whole equation only its local truncation (~ dt^2): halving dt
+    halves the first two and quarters the third."""
+    from dataclasses import replace
+
+    errors = {}
+    for dt in (0.02, 0.01):
+        scale = replace(bench.SCALES["tiny"], time=11.0, interval=dt, solver_dtype="float64")
+        coefficients = bench.pairs(scale, seed=0, device="cpu")
+        where = {"grid": bench.discretisations(scale, seed=0)["grid"]}
+        rows = slice(0, scale.n_train + scale.n_test)
+        tests = {"grid": bench.samples_on(coefficients, where["grid"], rows)}
+        found = bench.physics_errors(coefficients, where, rows, scale, tests)
+        found["identity"] = bench.identity_errors(tests)
+        errors[dt] = {k: sum(v["grid"]) / len(v["grid"]) for k, v in found.items()}
+    ratio = {k: errors[0.02][k] / errors[0.01][k] for k in errors[0.02]}
+    assert ratio["identity"] == pytest.approx(2, rel=0.1)
+    assert ratio["linear part"] == pytest.approx(2, rel=0.1)
+    assert ratio["Euler step"] == pytest.approx(4, rel=0.1)
+    assert errors[0.01]["Euler step"] < 0.1 * errors[0.01]["identity"]

@@ -206,3 +206,21 @@ def _installed(name: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(name) is not None
+
+
+def test_train_refuses_to_replace_a_run_by_accident(trained, tmp_path, capsys):
+    """An OUT that holds a run is refused (nothing written) unless --resume or --overwrite."""
+    tmp, data = trained
+    train = ["train", str(data), "--mesh", "train", "--width", "8", "--depth", "1", "--epochs", "1",
+             "--batch-size", "2", "--no-progress", "--out", str(tmp_path / "run")]
+    assert main(train) == 0
+    last = tmp_path / "run" / "last.pt"
+    before = last.read_bytes()
+    assert main(train) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds a run" in err and "--overwrite" in err
+    assert main(train + ["--resume", "--overwrite"]) == 2
+    assert "not both" in capsys.readouterr().err
+    assert last.read_bytes() == before
+    assert main(train + ["--overwrite", "--seed", "5"]) == 0
+    assert last.read_bytes() != before
