@@ -41,8 +41,12 @@ neuralop's models enter through small adapters with the geoattn model interface
   are set to zero and a mask channel (1 inside, 0 outside) is added to FNO's input, so the model
   sees where the domain is and no value is extrapolated into a hole.
 
-neuralop (``pip install 'geoattn[compare]'``) is needed only for those two models. NVIDIA
-PhysicsNeMo's Transolver is not in the race: see the comparison section of docs/benchmarks.md.
+neuralop (``pip install 'geoattn[compare]'``) is needed only for those two models.
+
+- ``physicsnemo-transolver``: NVIDIA PhysicsNeMo's Transolver on the nodes (coordinates as its
+  embedding, no grid, no quadrature weights), with the width, depth, heads and slices of
+  geoattn's ``slice`` model. It runs when PhysicsNeMo is installed; on a CPU-only torch that
+  needs the install recipe and the torchvision stand-in of ``physicsnemo_transolver.py``.
 """
 
 from __future__ import annotations
@@ -337,6 +341,31 @@ class GridFNO(_MeshAdapter):
         return torch.sparse.mm(to_mesh, y).reshape(n, b, -1).permute(1, 0, 2)  # [B, N, C_out]
 
 
+class Transolver(_MeshAdapter):
+    """NVIDIA PhysicsNeMo's Transolver (Wu et al., ICML 2024) on the nodes, as its authors run it
+    on irregular meshes: node coordinates as the embedding, the coefficient as the function input,
+    no grid (``structured_shape=None``, ``unified_pos=False``), no quadrature weights (slice
+    tokens are plain node averages). Width, depth, heads and slices are those of geoattn's
+    ``slice`` model in the same race."""
+
+    model_name = "physicsnemo-transolver"
+
+    def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 32,
+                 depth: int = 3, num_heads: int = 4, num_slices: int = 32):
+        super().__init__()
+        from physicsnemo_transolver import load_transolver
+
+        self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
+        self.hparams = dict(in_channels=in_channels, out_channels=out_channels, dim=dim, width=width,
+                            depth=depth, num_heads=num_heads, num_slices=num_slices)
+        self.net = load_transolver()(functional_dim=in_channels, out_dim=out_channels, embedding_dim=dim,
+                                     n_layers=depth, n_hidden=width, n_head=num_heads, slice_num=num_slices,
+                                     use_te=False)
+
+    def run(self, x, pos):
+        return self.net(x, embedding=pos[None].expand(x.shape[0], -1, -1))
+
+
 def segment_reduce(src: torch.Tensor, indptr: torch.Tensor, reduction: str, use_scatter: bool = False):
     """Vectorised drop-in for ``neuralop.layers.segment_csr.segment_csr`` (same arguments, same values).
 
@@ -438,6 +467,14 @@ def model_factories(scale: Scale, names: list[str] | None = None, domain: str = 
         common = dict(in_channels=1, out_channels=1, grid=scale.grid, modes=scale.modes, width=scale.width)
         out["neuralop-gino"] = lambda: MeshGINO(radius=radius, **common)
         out["neuralop-fno"] = lambda: GridFNO(domain=None if domain == "square" else domain, **common)
+    from physicsnemo_transolver import load_transolver
+
+    if load_transolver() is None:
+        log.warning("NVIDIA PhysicsNeMo is not installed: skipping its Transolver (see "
+                    "benchmarks/physicsnemo_transolver.py for the install command)")
+    else:
+        out["physicsnemo-transolver"] = lambda: Transolver(in_channels=1, out_channels=1, dim=2,
+                                                           width=scale.width, depth=scale.depth)
     if names:
         missing = set(names) - set(out)
         if missing:
@@ -599,12 +636,13 @@ def table(results: dict) -> str:
     for family, res in results.items():
         meshes = list(res["nodes"])
         lines.append(f"{family}: " + ", ".join(f"{m} {n} nodes" for m, n in res["nodes"].items()))
-        lines.append(f"{'model':<15}{'params':>9}{'epochs':>7}{'s/epoch':>9}{'train s':>8}{'cpu s':>8}{'MiB':>7}"
+        width = max(15, *(len(name) + 1 for name in res["models"]))
+        lines.append(f"{'model':<{width}}{'params':>9}{'epochs':>7}{'s/epoch':>9}{'train s':>8}{'cpu s':>8}{'MiB':>7}"
                      + "".join(f"{m:>11}" for m in meshes) + f"{'worst/train':>12}")
         for name, r in res["models"].items():
             errs = [r["test"][m] for m in meshes]
             epochs = r.get("epochs", 0)
-            lines.append(f"{name:<15}{r['parameters']:>9}{epochs:>7}{r['seconds_per_epoch']:>9.2f}"
+            lines.append(f"{name:<{width}}{r['parameters']:>9}{epochs:>7}{r['seconds_per_epoch']:>9.2f}"
                          f"{r.get('train_seconds', epochs * r['seconds_per_epoch']):>8.1f}"
                          f"{r['cpu_seconds_per_epoch']:>8.2f}{r['peak_mib']:>7.0f}"
                          + "".join(f"{e:>11.4f}" for e in errs) + f"{max(errs[1:]) / errs[0]:>12.2f}")

@@ -160,3 +160,45 @@ def test_fem_floor_falls_under_refinement(dc):
     assert set(floor) == {"train", "refined", "graded", "foreign"}
     assert all(0 < v < 0.5 for v in floor.values())
     assert floor["refined"] < 0.5 * floor["train"]
+
+
+def test_inert_stand_in_answers_every_import_of_its_package(load_script, monkeypatch):
+    import sys
+
+    pt = load_script("physicsnemo_transolver")
+    finder = pt._InertModules("not_a_real_package")
+    monkeypatch.setattr(sys, "meta_path", [finder] + sys.meta_path)
+    import not_a_real_package.transforms as transforms  # noqa: F401
+
+    assert sys.modules["not_a_real_package"].__version__ == "0+inert"
+    assert transforms.InterpolationMode.BILINEAR is not None  # any attribute is a placeholder
+    assert finder.find_spec("numpy", None) is None  # other packages import as usual
+    for name in [n for n in sys.modules if n.startswith("not_a_real_package")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+def test_torchvision_failures_are_told_apart(load_script):
+    pt = load_script("physicsnemo_transolver")
+    missing = ModuleNotFoundError("No module named 'torchvision'", name="torchvision")
+    assert pt._torchvision_failed(missing)
+    assert pt._torchvision_failed(RuntimeError("operator torchvision::nms does not exist"))
+    assert not pt._torchvision_failed(ModuleNotFoundError("No module named 'warp'", name="warp"))
+
+
+def test_transolver_joins_the_race_when_physicsnemo_is_installed(dc):
+    """PhysicsNeMo's Transolver, when importable, is a model of the race and runs on a flat batch
+    of two meshes like the other adapters; without PhysicsNeMo it is left out with a warning."""
+    from physicsnemo_transolver import load_transolver
+
+    factories = dc.model_factories(dc.SCALES["tiny"])
+    if load_transolver() is None:
+        assert "physicsnemo-transolver" not in factories
+        pytest.skip("NVIDIA PhysicsNeMo is not installed")
+    model = factories["physicsnemo-transolver"]()
+    pos = torch.rand(30, 2)
+    batch = torch.tensor([0] * 12 + [1] * 18)
+    x = torch.randn(30, 1)
+    out = model(x, pos, torch.ones(30), batch)
+    assert out.shape == (30, 1)
+    alone = model(x[12:], pos[12:], torch.ones(18))
+    torch.testing.assert_close(out[12:], alone)
