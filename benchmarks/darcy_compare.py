@@ -550,29 +550,46 @@ def coefficient_field(meshes: dict):
     return preset("cao", box=(points.min(0), points.max(0)))
 
 
-def fem_floor(scale: Scale, family: str, domain: str = "square", seed: int = 0) -> dict[str, float]:
-    """How far each mesh's own test targets (its P1 finite-element solutions) are from the
-    solutions on the training mesh refined twice: the mean weighted relative L2 difference at
-    the mesh's nodes, the reference interpolated linearly. A model scored on a mesh cannot be
-    told apart from this discretisation error of the targets below it."""
-    meshes = benchmark_meshes(scale.mesh_n, domain)
-    field = coefficient_field(meshes)
+def reference_targets(meshes: dict, scale: Scale, family: str, field, seed: int = 0) -> dict[str, list]:
+    """The test samples of every mesh, with targets from the solution on the training mesh
+    refined twice, interpolated linearly to the mesh's nodes, instead of the mesh's own P1
+    solution: a model scored against them is scored against (nearly) the continuum solution,
+    the same function on every mesh."""
     test = darcy_samples({**meshes, "reference": families.refine(meshes["train"], 2)}, scale.n_test, seed,
                          family, field, start=scale.n_train)
+    reference = test.pop("reference")
+    out = {}
+    for name, samples in test.items():
+        out[name] = []
+        for d, r in zip(samples, reference):
+            e = d.clone()
+            e.y = linear_interpolation(r.pos, d.pos)(r.y.double()).to(d.y.dtype)
+            out[name].append(e)
+    return out
+
+
+def fem_floor(scale: Scale, family: str, domain: str = "square", seed: int = 0) -> dict[str, float]:
+    """How far each mesh's own test targets (its P1 finite-element solutions) are from the
+    solutions on the training mesh refined twice (:func:`reference_targets`): the mean weighted
+    relative L2 difference at the mesh's nodes. A model scored on a mesh against its own targets
+    cannot be told apart from this discretisation error below it."""
+    meshes = benchmark_meshes(scale.mesh_n, domain)
+    field = coefficient_field(meshes)
+    own = darcy_samples(meshes, scale.n_test, seed, family, field, start=scale.n_train)
     floor = {}
-    for name in meshes:
+    for name, samples in reference_targets(meshes, scale, family, field, seed).items():
         errors = []
-        for d, r in zip(test[name], test["reference"]):
-            u = linear_interpolation(r.pos, d.pos)(r.y.double())
-            w = d.weight.double()[:, None]
+        for d, r in zip(own[name], samples):
+            w, u = d.weight.double()[:, None], r.y.double()
             errors.append(float(torch.sqrt((w * (d.y.double() - u) ** 2).sum() / (w * u ** 2).sum())))
         floor[name] = float(np.mean(errors))
     return floor
 
 
 def run_family(family: str, scale: Scale, names: list[str] | None, device: torch.device,
-               seed: int = 0, domain: str = "square") -> dict:
-    """Train every model on one coefficient family and score it on every mesh of the domain."""
+               seed: int = 0, domain: str = "square", reference: bool = False) -> dict:
+    """Train every model on one coefficient family and score it on every mesh of the domain
+    (with ``reference``, also against :func:`reference_targets`)."""
     meshes = benchmark_meshes(scale.mesh_n, domain)
     field = coefficient_field(meshes)
     tic = time.perf_counter()
@@ -602,9 +619,16 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
         operators[name] = op
         log.info("%s %s: %s", family, name, rows[name])
     report = cross_mesh_report(operators, test, reference="train", batch_size=scale.batch_size)
+    scored = {"test": report}
+    if reference:
+        targets = reference_targets(meshes, scale, family, field, seed)
+        targets = {k: [d.to(device) for d in v] for k, v in targets.items()}
+        scored["test_reference"] = cross_mesh_report(operators, targets, reference="train",
+                                                     batch_size=scale.batch_size)
     for name in operators:
-        rows[name]["test"] = test_errors = {mesh: report.mean(name, mesh) for mesh in report.nodes}
-        rows[name]["worst_over_train"] = max(list(test_errors.values())[1:]) / test_errors["train"]
+        for key, rep in scored.items():
+            rows[name][key] = errors = {mesh: rep.mean(name, mesh) for mesh in rep.nodes}
+            rows[name]["worst_over_train" + key[len("test"):]] = max(list(errors.values())[1:]) / errors["train"]
     return {"nodes": report.nodes, "models": rows, "report": report, "operators": operators}
 
 
@@ -627,6 +651,16 @@ def markdown(results: dict, scale: Scale) -> str:
             cells += [f"{e:.4f}" for e in errs] + [f"{max(errs[1:]) / errs[0]:.2f}"]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
+        if all("test_reference" in r for r in res["models"].values()):
+            out.append(f"**{family}**, against the twice-refined training mesh's solutions "
+                       "(`--reference-targets`):\n")
+            head = ["model"] + [f"{m} ({res['nodes'][m]})" for m in meshes] + ["worst / train"]
+            out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            for name, r in res["models"].items():
+                errs = [r["test_reference"][m] for m in meshes]
+                out.append("| " + " | ".join([name] + [f"{e:.4f}" for e in errs]
+                                             + [f"{max(errs[1:]) / errs[0]:.2f}"]) + " |")
+            out.append("")
     return "\n".join(out)
 
 
@@ -646,6 +680,10 @@ def table(results: dict) -> str:
                          f"{r.get('train_seconds', epochs * r['seconds_per_epoch']):>8.1f}"
                          f"{r['cpu_seconds_per_epoch']:>8.2f}{r['peak_mib']:>7.0f}"
                          + "".join(f"{e:>11.4f}" for e in errs) + f"{max(errs[1:]) / errs[0]:>12.2f}")
+            if "test_reference" in r:
+                ref = [r["test_reference"][m] for m in meshes]
+                lines.append(f"{'  vs reference':<{width}}{'':>48}" + "".join(f"{e:>11.4f}" for e in ref)
+                             + f"{max(ref[1:]) / ref[0]:>12.2f}")
     return "\n".join(lines)
 
 
@@ -723,6 +761,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     parser.add_argument("--combine", nargs="+", type=Path, metavar="RESULTS_JSON",
                         help="train nothing: merge the models of earlier runs of one scale into --out")
+    parser.add_argument("--reference-targets", action="store_true",
+                        help="also score every model against the twice-refined training mesh's solutions, "
+                             "interpolated to each mesh (the same function on every mesh)")
     parser.add_argument("--fem-floor", action="store_true",
                         help="train nothing: print how far each mesh's finite-element targets are from a "
                              "twice-refined solution (the error floor of the cross-mesh scores)")
@@ -742,7 +783,8 @@ def main(argv: list[str] | None = None) -> dict:
         return floors
     device = torch.device(args.device)
     tic = time.perf_counter()
-    results = {f: run_family(f, scale, args.models, device, domain=args.domain) for f in args.families}
+    results = {f: run_family(f, scale, args.models, device, domain=args.domain, reference=args.reference_targets)
+               for f in args.families}
     print(table(results))
     machine = describe_machine(device)
     load = os.getloadavg()

@@ -162,6 +162,25 @@ def test_fem_floor_falls_under_refinement(dc):
     assert floor["refined"] < 0.5 * floor["train"]
 
 
+def test_reference_targets_are_the_fine_solution_on_every_mesh(dc):
+    """On the twice-refined training mesh itself the reference targets are that mesh's own
+    solutions (interpolation at the same nodes); on a coarser mesh they are its nodal values,
+    so they differ from the coarse mesh's own solutions by the FEM floor. Inputs are untouched."""
+    from geoattn.data.darcy import darcy_samples
+
+    scale = dc.SCALES["tiny"]
+    base = dc.benchmark_meshes(scale.mesh_n)
+    meshes = {"train": base["train"], "twice": families.refine(base["train"], 2)}
+    field = dc.coefficient_field(base)
+    own = darcy_samples(meshes, scale.n_test, 0, "lognormal", field, start=scale.n_train)
+    ref = dc.reference_targets(meshes, scale, "lognormal", field)
+    for d, r in zip(own["twice"], ref["twice"]):
+        torch.testing.assert_close(r.y, d.y, rtol=1e-6, atol=1e-7)
+    for d, r in zip(own["train"], ref["train"]):
+        assert torch.equal(r.x, d.x) and torch.equal(r.pos, d.pos)
+        assert 1e-3 < float(relative_l2(d.y, r.y, d.weight)) < 0.2
+
+
 def test_inert_stand_in_answers_every_import_of_its_package(load_script, monkeypatch):
     import sys
 
