@@ -75,7 +75,9 @@ from timing import machine as describe_machine
 from geoattn.data.darcy import darcy_samples
 from geoattn.data.grf import preset
 from geoattn.eval import cross_mesh_report
-from geoattn.mesh import families
+from geoattn.mesh import families, from_meshio
+from geoattn.mesh.cache import fingerprint
+from geoattn.mesh.refinement import longest_edges, refine_to
 from geoattn.mesh.interpolation import linear_interpolation
 from geoattn.models import MODELS, NeuralOperator, build_model
 from geoattn.nn.spectral import resolved_modes
@@ -483,6 +485,49 @@ def model_factories(scale: Scale, names: list[str] | None = None, domain: str = 
     return out
 
 
+class ResolvedQuadrature(torch.nn.Module):
+    """A trained operator evaluated on each mesh refined to the training mesh's longest edge
+    (:func:`geoattn.mesh.refinement.refine_to`): the input is carried to the new nodes by linear
+    interpolation, the operator runs on the refined mesh and its output is read at the original
+    nodes. ``meshes`` are the meshes it will be given, recognised by their node coordinates."""
+
+    def __init__(self, op: torch.nn.Module, meshes: dict, size: float, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.op = op
+        self.structures = {}
+        for mesh in meshes.values():
+            refined, prolong = refine_to(mesh, size)
+            pos = torch.as_tensor(np.asarray(mesh.points[:, :2]), dtype=dtype)
+            fine = from_meshio(refined, dtype=dtype)
+            coo = prolong.tocoo()
+            matrix = torch.sparse_coo_tensor(np.stack([coo.row, coo.col]), coo.data, coo.shape, dtype=dtype)
+            self.structures[fingerprint(pos)] = (matrix.coalesce(), fine.pos, fine.weight)
+
+    def forward(self, x, pos, weight, batch=None):
+        xs, poss, weights, batches, sizes = [], [], [], [], []
+        for g, (gx, gpos) in enumerate(_split(x, pos, batch)):
+            matrix, fine_pos, fine_weight = self.structures[fingerprint(gpos.cpu())]
+            xs.append(torch.sparse.mm(matrix.to(x.device), gx))
+            poss.append(fine_pos.to(x.device))
+            weights.append(fine_weight.to(x.device))
+            batches.append(torch.full((len(fine_pos),), g, dtype=torch.long, device=x.device))
+            sizes.append((len(gpos), len(fine_pos)))
+        out = self.op(torch.cat(xs), torch.cat(poss), torch.cat(weights), torch.cat(batches))
+        parts, start = [], 0
+        for n, fine_n in sizes:
+            parts.append(out[start:start + n])  # the original nodes come first
+            start += fine_n
+        return torch.cat(parts)
+
+
+def _split(x, pos, batch):
+    """``(x, pos)`` of every graph of a flat batch, in order."""
+    if batch is None:
+        return [(x, pos)]
+    counts = torch.bincount(batch).tolist()
+    return list(zip(x.split(counts), pos.split(counts)))
+
+
 class PeakMemory:
     """Peak memory of a block: CUDA allocator peak, or peak resident set size above the start (CPU,
     sampled every 5 ms after returning freed heap memory to the system)."""
@@ -587,9 +632,10 @@ def fem_floor(scale: Scale, family: str, domain: str = "square", seed: int = 0) 
 
 
 def run_family(family: str, scale: Scale, names: list[str] | None, device: torch.device,
-               seed: int = 0, domain: str = "square", reference: bool = False) -> dict:
+               seed: int = 0, domain: str = "square", reference: bool = False, resolve: bool = False) -> dict:
     """Train every model on one coefficient family and score it on every mesh of the domain
-    (with ``reference``, also against :func:`reference_targets`)."""
+    (with ``reference``, also against :func:`reference_targets`; with ``resolve``, also each
+    model wrapped in :class:`ResolvedQuadrature`)."""
     meshes = benchmark_meshes(scale.mesh_n, domain)
     field = coefficient_field(meshes)
     tic = time.perf_counter()
@@ -625,11 +671,27 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
         targets = {k: [d.to(device) for d in v] for k, v in targets.items()}
         scored["test_reference"] = cross_mesh_report(operators, targets, reference="train",
                                                      batch_size=scale.batch_size)
+    if resolve:
+        size = float(longest_edges(meshes["train"].points[:, :2], meshes["train"].cells[-1].data).max())
+        resolved = {name: ResolvedQuadrature(op, meshes, size).to(device) for name, op in operators.items()}
+        scored["test_resolved"] = cross_mesh_report(resolved, test, reference="train", batch_size=scale.batch_size)
+        if reference:
+            scored["test_reference_resolved"] = cross_mesh_report(resolved, targets, reference="train",
+                                                                  batch_size=scale.batch_size)
     for name in operators:
         for key, rep in scored.items():
             rows[name][key] = errors = {mesh: rep.mean(name, mesh) for mesh in rep.nodes}
             rows[name]["worst_over_train" + key[len("test"):]] = max(list(errors.values())[1:]) / errors["train"]
     return {"nodes": report.nodes, "models": rows, "report": report, "operators": operators}
+
+
+#: Scores besides the default one (each mesh's own targets), by result key, with their titles.
+EXTRA_SCORES = {
+    "test_reference": "against the twice-refined training mesh's solutions (`--reference-targets`)",
+    "test_resolved": "each mesh refined to the training mesh's longest edge for the model, output "
+                     "read at its own nodes (`--resolve-quadrature`)",
+    "test_reference_resolved": "both (`--reference-targets --resolve-quadrature`)",
+}
 
 
 def markdown(results: dict, scale: Scale) -> str:
@@ -651,13 +713,14 @@ def markdown(results: dict, scale: Scale) -> str:
             cells += [f"{e:.4f}" for e in errs] + [f"{max(errs[1:]) / errs[0]:.2f}"]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
-        if all("test_reference" in r for r in res["models"].values()):
-            out.append(f"**{family}**, against the twice-refined training mesh's solutions "
-                       "(`--reference-targets`):\n")
+        for key, title in EXTRA_SCORES.items():
+            if not all(key in r for r in res["models"].values()):
+                continue
+            out.append(f"**{family}**, {title}:\n")
             head = ["model"] + [f"{m} ({res['nodes'][m]})" for m in meshes] + ["worst / train"]
             out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
             for name, r in res["models"].items():
-                errs = [r["test_reference"][m] for m in meshes]
+                errs = [r[key][m] for m in meshes]
                 out.append("| " + " | ".join([name] + [f"{e:.4f}" for e in errs]
                                              + [f"{max(errs[1:]) / errs[0]:.2f}"]) + " |")
             out.append("")
@@ -670,7 +733,7 @@ def table(results: dict) -> str:
     for family, res in results.items():
         meshes = list(res["nodes"])
         lines.append(f"{family}: " + ", ".join(f"{m} {n} nodes" for m, n in res["nodes"].items()))
-        width = max(15, *(len(name) + 1 for name in res["models"]))
+        width = max(22, *(len(name) + 1 for name in res["models"]))
         lines.append(f"{'model':<{width}}{'params':>9}{'epochs':>7}{'s/epoch':>9}{'train s':>8}{'cpu s':>8}{'MiB':>7}"
                      + "".join(f"{m:>11}" for m in meshes) + f"{'worst/train':>12}")
         for name, r in res["models"].items():
@@ -680,10 +743,12 @@ def table(results: dict) -> str:
                          f"{r.get('train_seconds', epochs * r['seconds_per_epoch']):>8.1f}"
                          f"{r['cpu_seconds_per_epoch']:>8.2f}{r['peak_mib']:>7.0f}"
                          + "".join(f"{e:>11.4f}" for e in errs) + f"{max(errs[1:]) / errs[0]:>12.2f}")
-            if "test_reference" in r:
-                ref = [r["test_reference"][m] for m in meshes]
-                lines.append(f"{'  vs reference':<{width}}{'':>48}" + "".join(f"{e:>11.4f}" for e in ref)
-                             + f"{max(ref[1:]) / ref[0]:>12.2f}")
+            for key in EXTRA_SCORES:
+                if key in r:
+                    extra = [r[key][m] for m in meshes]
+                    label = "  " + key[len("test_"):].replace("_", ", ")
+                    lines.append(f"{label:<{width}}{'':>48}" + "".join(f"{e:>11.4f}" for e in extra)
+                                 + f"{max(extra[1:]) / extra[0]:>12.2f}")
     return "\n".join(lines)
 
 
@@ -764,6 +829,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--reference-targets", action="store_true",
                         help="also score every model against the twice-refined training mesh's solutions, "
                              "interpolated to each mesh (the same function on every mesh)")
+    parser.add_argument("--resolve-quadrature", action="store_true",
+                        help="also score every model on each mesh refined to the training mesh's longest edge "
+                             "(input interpolated linearly to the new nodes, output read at the original ones)")
     parser.add_argument("--fem-floor", action="store_true",
                         help="train nothing: print how far each mesh's finite-element targets are from a "
                              "twice-refined solution (the error floor of the cross-mesh scores)")
@@ -783,8 +851,8 @@ def main(argv: list[str] | None = None) -> dict:
         return floors
     device = torch.device(args.device)
     tic = time.perf_counter()
-    results = {f: run_family(f, scale, args.models, device, domain=args.domain, reference=args.reference_targets)
-               for f in args.families}
+    results = {f: run_family(f, scale, args.models, device, domain=args.domain, reference=args.reference_targets,
+                             resolve=args.resolve_quadrature) for f in args.families}
     print(table(results))
     machine = describe_machine(device)
     load = os.getloadavg()
