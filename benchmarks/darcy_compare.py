@@ -74,10 +74,8 @@ from timing import machine as describe_machine
 
 from geoattn.data.darcy import darcy_samples
 from geoattn.data.grf import preset
-from geoattn.eval import cross_mesh_report
-from geoattn.mesh import families, from_meshio
-from geoattn.mesh.cache import fingerprint
-from geoattn.mesh.refinement import longest_edges, refine_to
+from geoattn.eval import ResolvedQuadrature, cross_mesh_report, training_size
+from geoattn.mesh import families
 from geoattn.mesh.interpolation import linear_interpolation
 from geoattn.models import MODELS, NeuralOperator, build_model
 from geoattn.nn.spectral import resolved_modes
@@ -485,49 +483,6 @@ def model_factories(scale: Scale, names: list[str] | None = None, domain: str = 
     return out
 
 
-class ResolvedQuadrature(torch.nn.Module):
-    """A trained operator evaluated on each mesh refined to the training mesh's longest edge
-    (:func:`geoattn.mesh.refinement.refine_to`): the input is carried to the new nodes by linear
-    interpolation, the operator runs on the refined mesh and its output is read at the original
-    nodes. ``meshes`` are the meshes it will be given, recognised by their node coordinates."""
-
-    def __init__(self, op: torch.nn.Module, meshes: dict, size: float, dtype: torch.dtype = torch.float32):
-        super().__init__()
-        self.op = op
-        self.structures = {}
-        for mesh in meshes.values():
-            refined, prolong = refine_to(mesh, size)
-            pos = torch.as_tensor(np.asarray(mesh.points[:, :2]), dtype=dtype)
-            fine = from_meshio(refined, dtype=dtype)
-            coo = prolong.tocoo()
-            matrix = torch.sparse_coo_tensor(np.stack([coo.row, coo.col]), coo.data, coo.shape, dtype=dtype)
-            self.structures[fingerprint(pos)] = (matrix.coalesce(), fine.pos, fine.weight)
-
-    def forward(self, x, pos, weight, batch=None):
-        xs, poss, weights, batches, sizes = [], [], [], [], []
-        for g, (gx, gpos) in enumerate(_split(x, pos, batch)):
-            matrix, fine_pos, fine_weight = self.structures[fingerprint(gpos.cpu())]
-            xs.append(torch.sparse.mm(matrix.to(x.device), gx))
-            poss.append(fine_pos.to(x.device))
-            weights.append(fine_weight.to(x.device))
-            batches.append(torch.full((len(fine_pos),), g, dtype=torch.long, device=x.device))
-            sizes.append((len(gpos), len(fine_pos)))
-        out = self.op(torch.cat(xs), torch.cat(poss), torch.cat(weights), torch.cat(batches))
-        parts, start = [], 0
-        for n, fine_n in sizes:
-            parts.append(out[start:start + n])  # the original nodes come first
-            start += fine_n
-        return torch.cat(parts)
-
-
-def _split(x, pos, batch):
-    """``(x, pos)`` of every graph of a flat batch, in order."""
-    if batch is None:
-        return [(x, pos)]
-    counts = torch.bincount(batch).tolist()
-    return list(zip(x.split(counts), pos.split(counts)))
-
-
 class PeakMemory:
     """Peak memory of a block: CUDA allocator peak, or peak resident set size above the start (CPU,
     sampled every 5 ms after returning freed heap memory to the system)."""
@@ -635,7 +590,7 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
                seed: int = 0, domain: str = "square", reference: bool = False, resolve: bool = False) -> dict:
     """Train every model on one coefficient family and score it on every mesh of the domain
     (with ``reference``, also against :func:`reference_targets`; with ``resolve``, also each
-    model wrapped in :class:`ResolvedQuadrature`)."""
+    model wrapped in :class:`geoattn.eval.ResolvedQuadrature`)."""
     meshes = benchmark_meshes(scale.mesh_n, domain)
     field = coefficient_field(meshes)
     tic = time.perf_counter()
@@ -672,8 +627,8 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
         scored["test_reference"] = cross_mesh_report(operators, targets, reference="train",
                                                      batch_size=scale.batch_size)
     if resolve:
-        size = float(longest_edges(meshes["train"].points[:, :2], meshes["train"].cells[-1].data).max())
-        resolved = {name: ResolvedQuadrature(op, meshes, size).to(device) for name, op in operators.items()}
+        size = training_size(meshes["train"])
+        resolved = {name: ResolvedQuadrature(op, meshes.values(), size).to(device) for name, op in operators.items()}
         scored["test_resolved"] = cross_mesh_report(resolved, test, reference="train", batch_size=scale.batch_size)
         if reference:
             scored["test_reference_resolved"] = cross_mesh_report(resolved, targets, reference="train",

@@ -23,7 +23,6 @@ import scipy.sparse as sp
 from scipy.spatial import cKDTree
 
 from ..errors import ConfigError, UnsupportedCellError
-from .families import from_skfem, to_skfem
 
 
 def longest_edges(points: np.ndarray, triangles: np.ndarray) -> np.ndarray:
@@ -65,7 +64,9 @@ def refine_to(mesh: meshio.Mesh, size: float, max_rounds: int = 12) -> tuple[mes
     Raises:
         ConfigError: ``size`` not positive, or not reached in ``max_rounds`` rounds.
         UnsupportedCellError: cells other than triangles.
+        MissingDependencyError: scikit-fem (the ``data`` extra) is not installed.
     """
+    from .families import from_skfem, to_skfem  # scikit-fem, imported when used
     if not size > 0:
         raise ConfigError(f"size must be positive, got {size}")
     if not mesh.cells or mesh.cells[-1].type != "triangle":

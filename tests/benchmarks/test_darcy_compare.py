@@ -181,44 +181,6 @@ def test_reference_targets_are_the_fine_solution_on_every_mesh(dc):
         assert 1e-3 < float(relative_l2(d.y, r.y, d.weight)) < 0.2
 
 
-def test_resolved_quadrature_reads_the_output_at_the_original_nodes(dc):
-    """A pointwise operator gives the same output through the wrapper (the original nodes come
-    first in the refined mesh, with their own values); an integral operator runs on the refined
-    nodes, each graph of the batch on its own: the domain mean of a linear input (exact for the
-    lumped quadrature on any mesh) comes back per graph."""
-    from geoattn.mesh import from_meshio
-    from geoattn.mesh.refinement import longest_edges
-
-    meshes = dc.benchmark_meshes(dc.SCALES["tiny"].mesh_n)
-    train = meshes["train"]
-    size = float(longest_edges(train.points[:, :2], train.cells[-1].data).max())
-    graded = from_meshio(meshes["graded"])
-    pos = torch.cat([graded.pos, graded.pos])
-    batch = torch.repeat_interleave(torch.arange(2), len(graded.pos))
-    x = torch.cat([graded.pos[:, :1], 2 * graded.pos[:, 1:]])  # two linear inputs
-
-    class Pointwise(torch.nn.Module):
-        def forward(self, x, pos, weight, batch=None):
-            return 3 * x + pos[:, :1]
-
-    class Mean(torch.nn.Module):
-        seen = []
-
-        def forward(self, x, pos, weight, batch=None):
-            self.seen.append(len(pos))
-            total = torch.zeros(int(batch.max()) + 1, 1).index_add_(0, batch, weight[:, None] * x)
-            return (total / torch.zeros_like(total).index_add_(0, batch, weight[:, None]))[batch]
-
-    weight = torch.cat([graded.weight, graded.weight])
-    pointwise = dc.ResolvedQuadrature(Pointwise(), meshes, size)
-    torch.testing.assert_close(pointwise(x, pos, weight, batch), Pointwise()(x, pos, weight, batch))
-    mean = dc.ResolvedQuadrature(Mean(), meshes, size)(x, pos, weight, batch)
-    assert Mean.seen[-1] > len(pos)  # the refined nodes of both graphs
-    torch.testing.assert_close(mean[0], torch.tensor([0.5]))  # mean of x over the unit square
-    torch.testing.assert_close(mean[-1], torch.tensor([1.0]))  # mean of 2y
-    assert len(dc.ResolvedQuadrature(Mean(), meshes, size).structures) == len(meshes)
-
-
 def test_inert_stand_in_answers_every_import_of_its_package(load_script, monkeypatch):
     import sys
 
