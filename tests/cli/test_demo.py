@@ -9,9 +9,10 @@ def test_demo_quick_runs_and_writes_report(tmp_path, capsys):
     out = capsys.readouterr().out
     for mesh in ("train (irregular)", "refined x16", "graded", "other irregular", "coarser"):
         assert mesh in out
-    assert "weighted rel L2" in out and "unweighted rel L2" in out
+    assert "weighted rel L2" in out and "resolved rel L2" in out and "unweighted rel L2" in out
+    assert "worst ratio on other meshes" in out and ", resolved " in out
     rows = (tmp_path / "crossmesh.csv").read_text().splitlines()
-    assert len(rows) == 1 + 2 * 7
+    assert len(rows) == 1 + 3 * 7
     assert (tmp_path / "errors.png").exists() and list(tmp_path.glob("sample_*.vtu"))
     for path in tmp_path.glob("sample_*.vtu"):  # descriptive names; no "x"/"y" ParaView takes for coordinates
         fields = meshio.read(path).point_data
