@@ -77,6 +77,7 @@ from geoattn.data.grf import preset
 from geoattn.eval import ResolvedQuadrature, cross_mesh_report, training_size
 from geoattn.mesh import families
 from geoattn.mesh.interpolation import linear_interpolation
+from geoattn.mesh.refinement import refine_to
 from geoattn.models import MODELS, NeuralOperator, build_model
 from geoattn.nn.spectral import resolved_modes
 from geoattn.train import NormalizedOperator, Trainer
@@ -100,6 +101,7 @@ class Scale:
     grid: int = 32
     modes: int = 12
     seconds: float | None = None  # wall-clock budget per model (None: train for ``epochs``)
+    supersample: int = 1  # geoattn models compute on meshes refined to the training edge / this
 
 
 SCALES = {
@@ -431,10 +433,19 @@ def patch_resolution(mesh_n: int, domain: str = "square") -> dict[str, int]:
             return {"num_patches": parts, "modes": resolved_modes(nodes / parts, 2)}
 
 
-def mesh_fno_modes(mesh_n: int, domain: str = "square", most: int | None = None) -> int:
-    """Modes of the mesh-native FNO: those the training mesh's nodes resolve
-    (:func:`geoattn.nn.spectral.resolved_modes`), at least 1 and at most ``most``."""
-    modes = max(1, resolved_modes(len(benchmark_meshes(mesh_n, domain)["train"].points), 2))
+def supersampled_size(mesh_n: int, domain: str = "square", supersample: int = 1) -> float:
+    """The longest edge the geoattn models compute on: the training mesh's over ``supersample``."""
+    return training_size(benchmark_meshes(mesh_n, domain)["train"]) / supersample
+
+
+def mesh_fno_modes(mesh_n: int, domain: str = "square", most: int | None = None, supersample: int = 1) -> int:
+    """Modes of the mesh-native FNO: those the nodes it computes on resolve
+    (:func:`geoattn.nn.spectral.resolved_modes`; with ``supersample`` > 1 the training mesh
+    refined to :func:`supersampled_size`), at least 1 and at most ``most``."""
+    train = benchmark_meshes(mesh_n, domain)["train"]
+    if supersample > 1:
+        train = refine_to(train, supersampled_size(mesh_n, domain, supersample))[0]
+    modes = max(1, resolved_modes(len(train.points), 2))
     return modes if most is None else min(modes, most)
 
 
@@ -457,7 +468,7 @@ def model_factories(scale: Scale, names: list[str] | None = None, domain: str = 
         if "num_patches" in params:
             kw.update(patch_resolution(scale.mesh_n, domain))
         elif "modes" in params:
-            kw["modes"] = mesh_fno_modes(scale.mesh_n, domain, max(1, scale.modes // 2))
+            kw["modes"] = mesh_fno_modes(scale.mesh_n, domain, max(1, scale.modes // 2), scale.supersample)
         out[name] = lambda name=name, kw=kw: build_model(name, in_channels=1, out_channels=1, dim=2, **kw)
     try:
         import neuralop  # noqa: F401
@@ -600,9 +611,13 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
     train = [d.to(device) for d in train]
     test = {k: [d.to(device) for d in v] for k, v in test.items()}
     rows, operators = {}, {}
+    size = supersampled_size(scale.mesh_n, domain, scale.supersample)
     for name, make in model_factories(scale, names, domain).items():
         torch.manual_seed(seed)
-        op = NormalizedOperator(make()).to(device)  # patched models: the trainer fits the partition
+        model = make()
+        if scale.supersample > 1 and name in MODELS:  # geoattn's own models; the peers see the nodes
+            model = ResolvedQuadrature(model, meshes.values(), size)
+        op = NormalizedOperator(model).to(device)  # patched models: the trainer fits the partition
         epochs = scale.epochs if scale.seconds is None else budget_epochs(op, train, scale, seed)
         trainer = Trainer(op, epochs=epochs, batch_size=scale.batch_size, lr=scale.lr,
                           seed=seed, progress=False)
@@ -652,6 +667,9 @@ EXTRA_SCORES = {
 def markdown(results: dict, scale: Scale) -> str:
     """The results as a markdown table per family (model, cost, error on each mesh)."""
     out = []
+    if scale.supersample > 1:
+        out.append(f"geoattn's models compute on every mesh refined to the training mesh's longest edge / "
+                   f"{scale.supersample} (`--supersample {scale.supersample}`); the other models see the nodes.\n")
     for family, res in results.items():
         meshes = list(res["nodes"])
         out.append(f"**{family}** coefficients (test relative L2(D) error, mean of {scale.n_test} samples):\n")
@@ -787,10 +805,20 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--resolve-quadrature", action="store_true",
                         help="also score every model on each mesh refined to the training mesh's longest edge "
                              "(input interpolated linearly to the new nodes, output read at the original ones)")
+    parser.add_argument("--supersample", type=int, default=1, metavar="F",
+                        help="geoattn models train and are scored on every mesh refined to the training mesh's "
+                             "longest edge / F (geoattn.eval.ResolvedQuadrature: input interpolated linearly, "
+                             "output read at the data's nodes); mesh_fno's modes follow the refined training "
+                             "mesh (default 1: the meshes as they are)")
     parser.add_argument("--fem-floor", action="store_true",
                         help="train nothing: print how far each mesh's finite-element targets are from a "
                              "twice-refined solution (the error floor of the cross-mesh scores)")
     args = parser.parse_args(argv)
+    if args.supersample < 1:
+        parser.error(f"--supersample must be at least 1, got {args.supersample}")
+    if args.supersample > 1 and args.resolve_quadrature:
+        parser.error("--supersample already scores every mesh refined (finer than --resolve-quadrature would); "
+                     "give one of them")
     if args.combine:
         return combine(args.combine, args.out)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")

@@ -14,6 +14,13 @@ does the same implicitly, with its grid.
 Measured (``benchmarks/darcy_compare.py --resolve-quadrature``, docs/benchmarks.md): on the
 169-node graded square, ``mesh_fno``'s error falls from 7.2× to 1.55× its training-mesh error,
 and TNO's from 5.0× to 1.38×.
+
+The wrapper can also be trained through (``NormalizedOperator(ResolvedQuadrature(model, meshes,
+training_size(train) / 2))``): the model then learns on the training mesh refined to half its
+edge, with the input interpolated linearly and the loss read at the data's nodes, and every mesh
+is evaluated at that same resolution. Its integrals are then resolved on every mesh, the training
+mesh included, which lets a spectral model use more modes than the data's nodes resolve
+(``benchmarks/darcy_compare.py --supersample 2``).
 """
 
 from __future__ import annotations
@@ -54,6 +61,13 @@ class ResolvedQuadrature(torch.nn.Module):
     them) and returns the output at their nodes. The weights passed are not used: the refined
     mesh's own lumped weights are.
 
+    It stands in for the model inside :class:`~geoattn.train.NormalizedOperator` and
+    :class:`~geoattn.train.Trainer`: ``in_channels``, ``out_channels``, ``dim`` and
+    :meth:`check_inputs` are the model's, and :meth:`fit_mesh` fits the model on the refined
+    training mesh. A checkpoint of it names the model ``"resolved_quadrature"``, which
+    :func:`~geoattn.models.build_model` refuses: the registered meshes are not saved, so rebuild the
+    wrapper around the loaded model instead.
+
     Raises:
         MeshMismatchError: a sample on a mesh that was not registered.
     """
@@ -71,7 +85,37 @@ class ResolvedQuadrature(torch.nn.Module):
             coo = prolong.tocoo()
             matrix = torch.sparse_coo_tensor(np.stack([coo.row, coo.col]), coo.data, coo.shape, dtype=dtype,
                                              check_invariants=True).coalesce()
-            self.structures[_key(pos)] = (matrix, fine.pos, fine.weight)
+            self.structures[_key(pos)] = (matrix, fine.pos, fine.weight, fine.cells)
+        self.hparams = {"size": self.size}
+
+    model_name = "resolved_quadrature"
+
+    @property
+    def _model(self) -> torch.nn.Module:
+        return getattr(self.op, "model", self.op)  # a NormalizedOperator's model, or the model
+
+    @property
+    def in_channels(self) -> int:
+        return self._model.in_channels
+
+    @property
+    def out_channels(self) -> int:
+        return self._model.out_channels
+
+    @property
+    def dim(self) -> int:
+        return self._model.dim
+
+    def check_inputs(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor | None = None) -> None:
+        """The model's checks of the coarse inputs (channels, dimension, dtype)."""
+        self._model.check_inputs(x, pos, weight)
+
+    def fit_mesh(self, pos: torch.Tensor, weight: torch.Tensor, cells: torch.Tensor | None = None) -> None:
+        """Fit the model's mesh-dependent state (a patched model's partition) on the refined
+        version of the registered mesh at ``pos``."""
+        if hasattr(self._model, "fit_mesh"):
+            _, fine_pos, fine_weight, fine_cells = self._structure(pos)
+            self._model.fit_mesh(fine_pos.to(pos.device), fine_weight.to(pos.device), fine_cells)
 
     def _structure(self, pos: torch.Tensor) -> tuple:
         try:
@@ -85,7 +129,7 @@ class ResolvedQuadrature(torch.nn.Module):
         counts = [len(pos)] if batch is None else torch.bincount(batch).tolist()
         xs, poss, weights, batches, sizes = [], [], [], [], []
         for g, (gx, gpos) in enumerate(zip(x.split(counts), pos.split(counts))):
-            matrix, fine_pos, fine_weight = self._structure(gpos)
+            matrix, fine_pos, fine_weight, _ = self._structure(gpos)
             xs.append(torch.sparse.mm(matrix.to(x.device), gx))
             poss.append(fine_pos.to(x.device))
             weights.append(fine_weight.to(x.device))

@@ -25,6 +25,10 @@ from scipy.spatial import cKDTree
 from ..errors import ConfigError, UnsupportedCellError
 
 
+#: relative slack on ``size``: the halves of an edge may come out a rounding error longer than half
+_ROUNDING = 1e-9
+
+
 def longest_edges(points: np.ndarray, triangles: np.ndarray) -> np.ndarray:
     """Length of the longest edge of every triangle ``[T]``."""
     p = np.asarray(points)[np.asarray(triangles)]  # [T, 3, d]
@@ -47,7 +51,9 @@ def _midpoint_prolongation(old, new) -> sp.csr_matrix:
 
 
 def refine_to(mesh: meshio.Mesh, size: float, max_rounds: int = 12) -> tuple[meshio.Mesh, sp.csr_matrix]:
-    """Refine the triangles of ``mesh`` with an edge longer than ``size`` until none is left.
+    """Refine the triangles of ``mesh`` with an edge longer than ``size`` until none is left
+    (edges within a relative 1e-9 of ``size`` count as not longer: the halves of a mesh's edges
+    pass ``size = longest / 2``).
 
     Args:
         mesh: a triangle mesh (its last cell block; boundary lines before it are ignored).
@@ -75,7 +81,7 @@ def refine_to(mesh: meshio.Mesh, size: float, max_rounds: int = 12) -> tuple[mes
     current = to_skfem(mesh)
     prolongation = sp.identity(current.p.shape[1], format="csr")
     for _ in range(max_rounds):
-        marked = np.flatnonzero(longest_edges(current.p.T, current.t.T) > size)
+        marked = np.flatnonzero(longest_edges(current.p.T, current.t.T) > size * (1 + _ROUNDING))
         if len(marked) == 0:
             return from_skfem(current), prolongation
         finer = current.refined(marked)

@@ -221,3 +221,25 @@ def test_transolver_joins_the_race_when_physicsnemo_is_installed(dc):
     assert out.shape == (30, 1)
     alone = model(x[12:], pos[12:], torch.ones(18))
     torch.testing.assert_close(out[12:], alone)
+
+
+def test_supersampled_run_refines_the_geoattn_models_meshes_only(dc):
+    """``--supersample 2``: geoattn's models train and are scored through ResolvedQuadrature at
+    half the training mesh's edge (mesh_fno with the modes of the refined mesh), the peers on the
+    nodes; combined with ``--resolve-quadrature`` or below 1 it is refused."""
+    from geoattn.eval import ResolvedQuadrature
+
+    assert dc.mesh_fno_modes(6) == 1 and dc.mesh_fno_modes(6, supersample=2) == 2
+    models = ["mesh_fno", *[p for p in _peers() if p == "neuralop-fno"]]
+    results = dc.main(["--scale", "tiny", "--families", "lognormal", "--models", *models, "--supersample", "2",
+                       "--modes", "4"])  # grid FNO modes 4: mesh_fno at most 2
+    ops = results["lognormal"]["operators"]
+    assert isinstance(ops["mesh_fno"].model, ResolvedQuadrature)
+    assert ops["mesh_fno"].model.op.hparams["modes"] == 2
+    fine = {len(fine_pos) for _, fine_pos, _, _ in ops["mesh_fno"].model.structures.values()}
+    assert len(families.refine(dc.benchmark_meshes(6)["train"], 1).points) in fine
+    if "neuralop-fno" in ops:
+        assert not isinstance(ops["neuralop-fno"].model, ResolvedQuadrature)
+    for bad in (["--supersample", "0"], ["--supersample", "2", "--resolve-quadrature"]):
+        with pytest.raises(SystemExit):
+            dc.main(["--scale", "tiny", *bad])

@@ -68,3 +68,43 @@ def test_a_trained_operator_on_the_graded_mesh_sees_the_refined_quadrature():
     by_hand = model(torch.as_tensor(prolong @ x.numpy()), fine.pos, fine.weight)[:len(x)]
     torch.testing.assert_close(wrapped(x, sample.pos, sample.weight), by_hand)
     assert not torch.allclose(by_hand, model(x, sample.pos, sample.weight))  # the quadrature matters
+
+
+def test_training_through_the_wrapper_uses_the_refined_training_mesh(tmp_path):
+    """``NormalizedOperator(ResolvedQuadrature(model, ...))`` trains: the model sees the training
+    mesh refined to half its edge (as many nodes as its uniform refinement), the loss is read at
+    the data's nodes, the weights move, a patched model's partition is fitted on the refined
+    nodes, and a checkpoint of it is refused by name when loaded (its meshes are not saved)."""
+    from geoattn.models import build_model
+    from geoattn.train import NormalizedOperator, Trainer, load_operator
+
+    mesh = families.unit_square(6, "irregular")
+    size = training_size(mesh) / 2
+    fine_nodes = len(families.refine(mesh, 1).points)
+    samples = []
+    for k in range(4):
+        d = from_meshio(mesh)
+        d.x = torch.sin((k + 1) * d.pos[:, :1]) + d.pos[:, 1:]
+        d.y = d.x ** 2
+        samples.append(d)
+
+    seen = []
+    torch.manual_seed(0)
+    model = build_model("mesh_fno", in_channels=1, out_channels=1, width=8, depth=1, modes=2)
+    model.register_forward_pre_hook(lambda m, args: seen.append(len(args[1])))
+    wrapped = ResolvedQuadrature(model, [mesh], size)
+    assert (wrapped.in_channels, wrapped.out_channels, wrapped.dim) == (1, 1, 2)
+    op = NormalizedOperator(wrapped)
+    before = [p.detach().clone() for p in model.parameters()]
+    Trainer(op, tmp_path, epochs=2, batch_size=2, lr=1e-2, progress=False).fit(samples)
+    assert set(seen) == {2 * fine_nodes}  # batches of two samples, each on the refined mesh
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert op(samples[0].x, samples[0].pos, samples[0].weight).shape == (len(samples[0].pos), 1)
+    with pytest.raises(ValueError, match="resolved_quadrature"):
+        load_operator(tmp_path / "last.pt")
+
+    patched = build_model("vit", in_channels=1, out_channels=1, width=8, depth=1, num_heads=2,
+                          num_patches=4)
+    Trainer(NormalizedOperator(ResolvedQuadrature(patched, [mesh], size)), epochs=1, batch_size=2,
+            progress=False).fit(samples)
+    assert len(patched.partition.assignment) == fine_nodes
