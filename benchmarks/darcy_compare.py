@@ -102,6 +102,7 @@ class Scale:
     modes: int = 12
     seconds: float | None = None  # wall-clock budget per model (None: train for ``epochs``)
     supersample: int = 1  # geoattn models compute on meshes refined to the training edge / this
+    mesh_fno_modes: int | None = None  # mesh_fno's modes (None: :func:`mesh_fno_modes`)
 
 
 SCALES = {
@@ -468,7 +469,8 @@ def model_factories(scale: Scale, names: list[str] | None = None, domain: str = 
         if "num_patches" in params:
             kw.update(patch_resolution(scale.mesh_n, domain))
         elif "modes" in params:
-            kw["modes"] = mesh_fno_modes(scale.mesh_n, domain, max(1, scale.modes // 2), scale.supersample)
+            kw["modes"] = scale.mesh_fno_modes or mesh_fno_modes(scale.mesh_n, domain, max(1, scale.modes // 2),
+                                                                 scale.supersample)
         out[name] = lambda name=name, kw=kw: build_model(name, in_channels=1, out_channels=1, dim=2, **kw)
     try:
         import neuralop  # noqa: F401
@@ -790,7 +792,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--families", nargs="+", default=["piecewise", "lognormal"])
     parser.add_argument("--models", nargs="+", help="subset of models (default: all available)")
     parser.add_argument("--device", default="cpu")
-    for field in ("mesh_n", "n_train", "n_test", "epochs", "batch_size", "width", "depth", "grid", "modes"):
+    for field in ("mesh_n", "n_train", "n_test", "epochs", "batch_size", "width", "depth", "grid", "modes",
+                  "mesh_fno_modes"):
         parser.add_argument("--" + field.replace("_", "-"), type=int, help=f"override the scale's {field}")
     parser.add_argument("--seconds", type=float,
                         help="wall-clock training budget per model (epochs follow from its speed; default: --epochs)")

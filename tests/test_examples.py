@@ -56,10 +56,14 @@ def test_train_cross_mesh_keeps_error_across_meshes(example):
 
 def test_resolved_quadrature_cuts_the_graded_mesh_loss(example):
     """Same model, same graded nodes and inputs: through the refined quadrature the error there
-    falls by a third or more; the training mesh is not refined, so its score is unchanged."""
+    falls by a third or more; the training mesh is not refined, so its score is unchanged. The
+    model trained through the wrapper at half the edge (3 modes) has less than half the as-is
+    model's graded error (measured: 0.033 against 0.077) and a lower training-mesh error."""
     report = example("resolved_quadrature").main(train=40, test=4, epochs=60)
     assert report.mean("resolved", "train") == report.mean("as is", "train")
     assert report.mean("resolved", "graded") < 0.67 * report.mean("as is", "graded")
+    assert report.mean("supersampled", "graded") < 0.5 * report.mean("as is", "graded")
+    assert report.mean("supersampled", "train") < report.mean("as is", "train")
 
 
 def test_predict_meshio_prediction_matches_direct_call(example, tmp_path):
