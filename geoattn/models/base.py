@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import ChannelError, DimensionError, DTypeError
+from ..errors import ChannelError, ConfigError, DimensionError, DTypeError
 
 MODELS: dict[str, type[NeuralOperator]] = {}
 
@@ -55,6 +55,9 @@ class NeuralOperator(nn.Module):
         def recording_init(self, *args, **kw):
             bound = signature.bind(self, *args, **kw)
             bound.apply_defaults()
+            depth = bound.arguments.get("depth")
+            if isinstance(depth, int) and depth < 1:  # no block: a pointwise map, not an operator
+                raise ConfigError(f"{cls.__name__}: depth must be at least 1, got {depth}")
             init(self, *args, **kw)
             if type(self) is cls:
                 self.hparams = {k: v for k, v in bound.arguments.items() if k != "self"}

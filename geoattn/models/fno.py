@@ -55,8 +55,6 @@ class MeshFNO(NeuralOperator, name="mesh_fno"):
                  depth: int = 4, modes: int | Sequence[int] = 4, padding: float = 0.25,
                  coordinate_features: dict | None = None):
         super().__init__()
-        if depth < 1:
-            raise ValueError(f"depth must be at least 1, got {depth}")
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
         self.inputs = CoordinateFeatures.of(in_channels, dim, coordinate_features)
         self.lift = PointwiseMLP(self.inputs.out_features, 2 * width, width)

@@ -96,3 +96,13 @@ def test_every_model_takes_fourier_features_in_its_lift(name):
     again = build_model(name, **model.hparams)
     again.load_state_dict(model.state_dict())
     assert torch.equal(again(x, pos, w), out)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_depth_zero_is_refused(name):
+    """With no block a model is a pointwise map of its input, not an operator: refused by name."""
+    from geoattn.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="depth must be at least 1, got 0"):
+        build_model(name, in_channels=1, out_channels=1, depth=0)
+    build_model(name, in_channels=1, out_channels=1, depth=1)
