@@ -654,6 +654,8 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
         for key, rep in scored.items():
             rows[name][key] = errors = {mesh: rep.mean(name, mesh) for mesh in rep.nodes}
             rows[name]["worst_over_train" + key[len("test"):]] = max(list(errors.values())[1:]) / errors["train"]
+            # every test sample's error, for statistics other than the mean (e.g. the RMS)
+            rows[name].setdefault("samples", {})[key] = {mesh: e.tolist() for mesh, e in rep.errors[name].items()}
     return {"nodes": report.nodes, "models": rows, "report": report, "operators": operators}
 
 

@@ -14,6 +14,11 @@ Model and training settings come from flags or a TOML file (flags win)::
     device = "auto"       # or "cpu", "cuda", "cuda:1"
     precision = "fp32"    # or "bf16", "fp16" (CUDA)
 
+``--supersample F`` (or ``supersample = F`` in ``[model]``) trains the model on the training mesh
+refined to its longest edge / F, the input interpolated linearly and the loss read at the data's
+nodes (:class:`~geoattn.train.ResolvedQuadrature`); the checkpoint stores the size, and
+``geoattn evaluate`` / ``predict`` refine every mesh to it.
+
 Every setting is checked before any work: a wrong type or an out-of-range value (``width = 0``,
 ``--lr nan``, ``--val-fraction 1``) raises :class:`~geoattn.errors.ConfigError` naming it. The same
 ``--seed`` gives the same weights. ``--resume`` continues ``OUT/last.pt`` with the model stored in
@@ -32,11 +37,12 @@ from typing import Any
 
 import torch
 
-from ..errors import CheckpointError, ConfigError, DatasetFileError
+from ..errors import CheckpointError, ConfigError, DatasetFileError, UnsupportedCellError
 from ..models import MODELS, build_model
 from ..models.base import RENAMED_ARGUMENTS
 from ..optional import require
-from ..train import NormalizedOperator, Trainer, init_distributed, load_checkpoint
+from ..mesh.io import to_meshio
+from ..train import NormalizedOperator, ResolvedQuadrature, Trainer, init_distributed, load_checkpoint, training_size
 from ..train.checkpoint import check_writable
 from ..train.trainer import PRECISIONS, check_precision, resolve_device
 
@@ -77,6 +83,9 @@ def add_args(parser: argparse.ArgumentParser) -> None:
                              "(float16 autocast with a gradient scaler, CUDA only)")
     parser.add_argument("--val-fraction", type=float, default=0.1,
                         help="last fraction of samples kept for validation, in [0, 1) (default: %(default)s)")
+    parser.add_argument("--supersample", type=float,
+                        help="train and evaluate on the meshes refined to the training mesh's longest edge / F "
+                             "(a number >= 1; triangle meshes; default 1: the meshes as they are)")
     parser.add_argument("--unweighted", action="store_true", help="node-average ablation")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     parser.add_argument("--overwrite", action="store_true",
@@ -156,7 +165,8 @@ def _check_model_settings(name: str, model_kw: dict[str, Any], source: dict[str,
 
 def settings(args: argparse.Namespace) -> tuple[str, dict, dict]:
     """Model name, model keyword arguments and trainer keyword arguments from TOML and flags,
-    each checked (type and range)."""
+    each checked (type and range); the model's ``supersample``, when given, is among its keyword
+    arguments."""
     config = read_config(args.config) if args.config else {}
     model_kw = dict(config.get("model", {}))
     name = args.model or model_kw.pop("name", "tno")
@@ -165,7 +175,15 @@ def settings(args: argparse.Namespace) -> tuple[str, dict, dict]:
         raise ConfigError(f"[model] name must be one of {sorted(MODELS)}, got {name!r}")
     flags = {k: getattr(args, k) for k in MODEL_FLAGS if getattr(args, k) is not None}
     model_kw.update(flags)
+    supersample = model_kw.pop("supersample", None)
+    if getattr(args, "supersample", None) is not None:
+        supersample = args.supersample
+        check_setting("--supersample", supersample, float, 1)
+    elif supersample is not None:
+        check_setting("[model] supersample", supersample, float, 1)
     _check_model_settings(name, model_kw, {k: f"--{k.replace('_', '-')}" for k in flags})
+    if supersample is not None:
+        model_kw["supersample"] = float(supersample)
     train_kw = dict(config.get("train", {}))
     unknown = set(train_kw) - set(TRAIN_KEYS)
     if unknown:
@@ -198,6 +216,10 @@ def run(args: argparse.Namespace) -> int:
     from ..data.dataset import DarcyDataset
 
     name, model_kw, train_kw = settings(args)
+    supersample = model_kw.pop("supersample", None)
+    if supersample not in (None, 1.0) and args.unweighted:
+        raise ConfigError("--unweighted cannot be combined with --supersample: the supersampled model "
+                          "integrates with the refined mesh's own weights")
     val_fraction = check_setting("--val-fraction", args.val_fraction, float, 0, 1)
     out = check_writable(args.out, folder=True)
     last = out / "last.pt"
@@ -220,12 +242,15 @@ def run(args: argparse.Namespace) -> int:
     if args.resume and last.exists():
         state, name, model_kw = _resumed(last, name, model_kw, args)
     first = dataset[0]
+    size = _resolve_size(first, dataset.mesh, supersample, state, last)
     torch.manual_seed(train_kw.get("seed", 0))  # before the model: its initial weights follow the seed
     try:
         model = build_model(name, in_channels=first.x.shape[1], out_channels=first.y.shape[1],
                             dim=first.pos.shape[1], **model_kw)
     except (TypeError, ValueError, RuntimeError, MemoryError) as err:
         raise ConfigError(f"cannot build model {name!r} with {model_kw}: {err}") from err
+    if size is not None:
+        model = ResolvedQuadrature(model, [first], size)
     op = NormalizedOperator(model, unweighted=args.unweighted)
     trainer = Trainer(op, out, progress=not args.no_progress, tensorboard=args.tensorboard,
                       workers=args.workers, **train_kw)
@@ -236,6 +261,28 @@ def run(args: argparse.Namespace) -> int:
     print(f"trained {name} on {len(train)} samples of mesh {dataset.mesh!r}: "
           f"train {last_row['train']:.4f}, validation {last_row['val']:.4f}; checkpoints in {out}/")
     return 0
+
+
+def _resolve_size(first, mesh: str, supersample: float | None, state: dict | None, last: Path) -> float | None:
+    """The edge the model computes at (None: the meshes as they are): the training mesh's longest
+    edge / ``supersample``; when resuming, the one stored in the checkpoint, which a
+    ``supersample`` given now must reproduce."""
+    stored = None if state is None else (state.get("resolve") or {}).get("size")
+    if supersample is None:  # not given: the stored setting when resuming, else none
+        return stored
+    size = None
+    if supersample > 1:
+        try:
+            size = training_size(to_meshio(first)) / supersample
+        except UnsupportedCellError as err:
+            raise ConfigError(f"--supersample needs a triangle mesh; mesh {mesh!r}: {err}") from err
+    same = stored is None and size is None or (
+        stored is not None and size is not None and math.isclose(stored, size, rel_tol=1e-6))
+    if state is not None and not same:
+        raise ConfigError(f"cannot resume {last}: it was trained with another --supersample (stored "
+                          f"edge {stored}, given {supersample:g}: edge {size}); drop --supersample, or "
+                          "train into another --out")
+    return size
 
 
 def _check_resumable(state: dict, last: Path, op: NormalizedOperator, total_steps: int) -> None:

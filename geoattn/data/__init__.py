@@ -1,6 +1,7 @@
 """Data: Gaussian random fields as functions, Darcy flow on any mesh, dataset files.
 
-:mod:`~geoattn.data.grf` draws fields that can be evaluated anywhere, :mod:`~geoattn.data.darcy`
+:mod:`~geoattn.data.grf` draws fields that can be evaluated anywhere (and
+:mod:`~geoattn.data.conditional` draws them given what a mesh sees of one), :mod:`~geoattn.data.darcy`
 solves Darcy flow with P1 finite elements, :mod:`~geoattn.data.dataset` writes and lazily
 reads multi-mesh dataset files, and the papers' other experiments have their generators:
 :mod:`~geoattn.data.odes` (Lorenz-63 and a controlled ODE as functions of time),
@@ -14,6 +15,7 @@ from .burgers import (BurgersData, FourierSeries, PeriodicGaussianRandomField, b
                       cole_hopf, nonuniform_samples, on_circle, periodic_trapezoid_weights,
                       solve_burgers, uniform_samples)
 from .calvello import calvello_coefficient, calvello_darcy, calvello_field
+from .conditional import SignConditionedField, ValueConditionedField
 from .darcy import (DarcyProblem, Lognormal, PiecewiseConstant, darcy_samples, solve_darcy,
                     solve_darcy_many)
 from .dataset import DarcyDataset
@@ -45,6 +47,8 @@ __all__ = [
     "PeriodicSample",
     "PiecewiseConstant",
     "Recipe",
+    "SignConditionedField",
+    "ValueConditionedField",
     "add_noise",
     "burgers_data",
     "calvello_coefficient",

@@ -94,9 +94,13 @@ class GaussianRandomField:
 
     def covariance(self, x, y) -> np.ndarray:
         """Covariance ``C(x_i, y_j)`` of the truncated series, ``[N, d] x [M, d] -> [N, M]``."""
-        fx = _basis(self.box, np.asarray(x, float), self.modes)  # [N, prod(m)]
-        fy = _basis(self.box, np.asarray(y, float), self.modes)
-        return (fx * (self.std.ravel() ** 2)) @ fy.T
+        return (self.basis(x) * (self.std.ravel() ** 2)) @ self.basis(y).T
+
+    def basis(self, points) -> np.ndarray:
+        """The basis functions :math:`\varphi_k` at ``points``, ``[N, d] -> [N, prod(m)]`` (``k``
+        in C order, the order of :attr:`std` raveled): a sample with coefficients ``c`` is
+        ``basis(points) @ c.ravel()``."""
+        return _basis(self.box, np.asarray(points, float), self.modes)
 
 
 def _axis_cosines(box, points, modes, xp):

@@ -3,7 +3,7 @@
 from .crossmesh import CrossMeshReport, cross_mesh_report
 from .plots import plot_errors, plot_sample
 from .predict import predict_meshio
-from .resolved import ResolvedQuadrature, training_size
+from ..train.resolved import ResolvedQuadrature, training_size
 
 __all__ = ["CrossMeshReport", "ResolvedQuadrature", "cross_mesh_report", "plot_errors", "plot_sample",
            "predict_meshio", "training_size"]

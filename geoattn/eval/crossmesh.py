@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from ..train.resolved import register_meshes
 from ..train.trainer import evaluate_errors
 
 
@@ -62,7 +63,9 @@ def cross_mesh_report(operators: Mapping[str, torch.nn.Module], datasets: Mappin
     """Score each operator on every dataset (same samples, different meshes).
 
     The score is always the weighted relative :math:`L^2(D)` error of the prediction, whatever
-    weights the model itself uses, so weighted and node-average models compare on one scale.
+    weights the model itself uses, so weighted and node-average models compare on one scale. A
+    model trained through :class:`~geoattn.train.ResolvedQuadrature` gets the datasets' meshes
+    registered (:func:`~geoattn.train.register_meshes`).
 
     Args:
         operators: trained models by display name (e.g. ``{"weighted": op, "unweighted": ab}``).
@@ -77,6 +80,8 @@ def cross_mesh_report(operators: Mapping[str, torch.nn.Module], datasets: Mappin
         raise ValueError(f"reference mesh {reference!r} is not among {list(datasets)}")
     report = CrossMeshReport({k: v[0].num_nodes for k, v in datasets.items()}, reference)
     for name, op in operators.items():
+        for samples in datasets.values():  # a model trained through ResolvedQuadrature meets the meshes
+            register_meshes(op, samples)
         report.errors[name] = {mesh: evaluate_errors(op, samples, batch_size)
                                for mesh, samples in datasets.items()}
         if any(not math.isfinite(float(e.mean())) for e in report.errors[name].values()):

@@ -10,6 +10,7 @@ import torch
 from ..errors import NonFiniteOutputError
 from ..mesh import from_meshio
 from ..mesh.validation import located, validate_field, validate_points, validate_weights
+from ..train.resolved import register_meshes
 
 
 @torch.no_grad()
@@ -37,6 +38,7 @@ def predict_meshio(operator: torch.nn.Module, mesh: meshio.Mesh, fields: str | S
         a new :class:`meshio.Mesh` with the same points, cells and fields as ``mesh``, plus
         ``name`` (``[N, C_out]``).
     """
+    register_meshes(operator, [mesh])  # a model trained through ResolvedQuadrature: refine this mesh
     dtype = next(operator.parameters()).dtype
     device = next(operator.parameters()).device
     data = from_meshio(mesh, x=fields, dtype=dtype)

@@ -25,8 +25,9 @@ from scipy.spatial import cKDTree
 from ..errors import ConfigError, UnsupportedCellError
 
 
-#: relative slack on ``size``: the halves of an edge may come out a rounding error longer than half
-_ROUNDING = 1e-9
+#: relative slack on ``size``: the halves of an edge may come out a rounding error longer than
+#: half, and coordinates carried in float32 (as samples carry them) move edge lengths by about 1e-7
+_ROUNDING = 1e-6
 
 
 def longest_edges(points: np.ndarray, triangles: np.ndarray) -> np.ndarray:

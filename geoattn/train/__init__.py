@@ -5,19 +5,23 @@ from .distributed import init_distributed
 from .loss import relative_h1, relative_l2
 from .normalizer import GaussianNormalizer
 from .operator import NormalizedOperator
+from .resolved import ResolvedQuadrature, register_meshes, training_size
 from .trainer import Trainer, evaluate_errors, sample_errors
 
 __all__ = [
     "GaussianNormalizer",
     "NormalizedOperator",
+    "ResolvedQuadrature",
     "Trainer",
     "evaluate_errors",
     "init_distributed",
     "load_checkpoint",
     "load_operator",
     "operator_payload",
+    "register_meshes",
     "relative_h1",
     "relative_l2",
     "sample_errors",
     "save_checkpoint",
+    "training_size",
 ]

@@ -25,6 +25,7 @@ import torch
 from ..errors import CheckpointError, GeoattnError, OutputError
 from ..models import build_model
 from .operator import NormalizedOperator
+from .resolved import ResolvedQuadrature
 
 FORMAT = "geoattn-checkpoint"
 VERSION = 1
@@ -90,10 +91,17 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
 
 def operator_payload(operator: NormalizedOperator) -> dict[str, Any]:
-    """The part of a checkpoint that rebuilds ``operator``: model name, arguments and weights."""
-    model = operator.model
+    """The part of a checkpoint that rebuilds ``operator``: model name, arguments and weights, and
+    for a model trained through :class:`~geoattn.train.ResolvedQuadrature` its size (entry
+    ``"resolve"``; the meshes are registered again when it is evaluated)."""
+    model, extra = operator.model, {}
+    if isinstance(model, ResolvedQuadrature):
+        if not hasattr(model.op, "model_name"):
+            raise TypeError("a checkpoint holds a registered model inside ResolvedQuadrature, got "
+                            f"{type(model.op).__name__}")
+        model, extra = model.op, {"resolve": {"size": model.size}}
     return {"format": FORMAT, "version": VERSION, "model": model.model_name,
-            "model_kwargs": dict(model.hparams),
+            "model_kwargs": dict(model.hparams), **extra,
             "unweighted": operator.unweighted, "state_dict": operator.state_dict()}
 
 
@@ -138,11 +146,15 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", 
 
 
 def load_operator(path: str | Path, map_location: str | torch.device = "cpu") -> NormalizedOperator:
-    """Rebuild the trained model (with its normalisers) stored in a checkpoint, in eval mode."""
+    """Rebuild the trained model (with its normalisers) stored in a checkpoint, in eval mode
+    (a model trained through :class:`~geoattn.train.ResolvedQuadrature` inside one with no
+    meshes registered yet: :func:`~geoattn.train.register_meshes` adds them)."""
     payload = load_checkpoint(path, map_location)
     try:
-        operator = NormalizedOperator(build_model(payload["model"], **payload["model_kwargs"]),
-                                      unweighted=payload.get("unweighted", False))
+        model = build_model(payload["model"], **payload["model_kwargs"])
+        if "resolve" in payload:  # trained through ResolvedQuadrature: its meshes come when evaluated
+            model = ResolvedQuadrature(model, (), payload["resolve"]["size"])
+        operator = NormalizedOperator(model, unweighted=payload.get("unweighted", False))
         operator.load_state_dict(payload["state_dict"])
     except (KeyError, TypeError, ValueError, RuntimeError) as err:
         raise CheckpointError(f"checkpoint {path} does not rebuild model {payload['model']!r}: {err}") from err

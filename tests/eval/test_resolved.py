@@ -1,5 +1,7 @@
 """Evaluating an operator on meshes refined to the training mesh's size, read at their nodes."""
 
+import meshio
+import numpy as np
 import pytest
 import torch
 
@@ -74,9 +76,9 @@ def test_training_through_the_wrapper_uses_the_refined_training_mesh(tmp_path):
     """``NormalizedOperator(ResolvedQuadrature(model, ...))`` trains: the model sees the training
     mesh refined to half its edge (as many nodes as its uniform refinement), the loss is read at
     the data's nodes, the weights move, a patched model's partition is fitted on the refined
-    nodes, and a checkpoint of it is refused by name when loaded (its meshes are not saved)."""
+    nodes."""
     from geoattn.models import build_model
-    from geoattn.train import NormalizedOperator, Trainer, load_operator
+    from geoattn.train import NormalizedOperator, Trainer
 
     mesh = families.unit_square(6, "irregular")
     size = training_size(mesh) / 2
@@ -100,11 +102,58 @@ def test_training_through_the_wrapper_uses_the_refined_training_mesh(tmp_path):
     assert set(seen) == {2 * fine_nodes}  # batches of two samples, each on the refined mesh
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert op(samples[0].x, samples[0].pos, samples[0].weight).shape == (len(samples[0].pos), 1)
-    with pytest.raises(ValueError, match="resolved_quadrature"):
-        load_operator(tmp_path / "last.pt")
 
     patched = build_model("vit", in_channels=1, out_channels=1, width=8, depth=1, num_heads=2,
                           num_patches=4)
     Trainer(NormalizedOperator(ResolvedQuadrature(patched, [mesh], size)), epochs=1, batch_size=2,
             progress=False).fit(samples)
     assert len(patched.partition.assignment) == fine_nodes
+
+
+def test_checkpoint_of_a_supersampled_model_rebuilds_it_and_meets_the_meshes_when_evaluated(tmp_path):
+    """The checkpoint holds the model and the size, not the meshes: the loaded operator refuses a
+    mesh until it is registered, then answers as the trained one; cross_mesh_report and
+    predict_meshio register the meshes they are given."""
+    from geoattn.eval import cross_mesh_report, predict_meshio
+    from geoattn.models import build_model
+    from geoattn.train import NormalizedOperator, Trainer, load_operator, operator_payload, register_meshes
+
+    mesh, other = families.unit_square(5, "irregular"), families.unit_square(6, "graded")
+    size = training_size(mesh) / 2
+    samples = {}
+    for name, m in (("train", mesh), ("graded", other)):
+        samples[name] = []
+        for k in range(3):
+            d = from_meshio(m)
+            d.x = torch.cos((k + 1) * d.pos[:, :1])
+            d.y = d.x * d.pos[:, 1:]
+            samples[name].append(d)
+    torch.manual_seed(0)
+    model = build_model("mesh_fno", in_channels=1, out_channels=1, width=8, depth=1, modes=2)
+    op = NormalizedOperator(ResolvedQuadrature(model, [mesh, other], size))
+    Trainer(op, tmp_path, epochs=1, batch_size=3, progress=False).fit(samples["train"])
+    op.eval()
+    payload = operator_payload(op)
+    assert payload["model"] == "mesh_fno" and payload["resolve"] == {"size": size}
+
+    loaded = load_operator(tmp_path / "last.pt")
+    assert isinstance(loaded.model, ResolvedQuadrature) and loaded.model.size == size
+    d = samples["graded"][0]
+    with pytest.raises(MeshMismatchError, match="not given to ResolvedQuadrature"):
+        loaded(d.x, d.pos, d.weight)
+    register_meshes(loaded, [other])
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(d.x, d.pos, d.weight), op(d.x, d.pos, d.weight))
+
+    fresh = load_operator(tmp_path / "last.pt")  # nothing registered: the report does it
+    ours, theirs = (cross_mesh_report({"m": o}, samples) for o in (fresh, op))
+    for name in samples:
+        torch.testing.assert_close(ours.errors["m"][name], theirs.errors["m"][name])
+    fresh = load_operator(tmp_path / "last.pt")
+    with torch.no_grad():
+        expected = op(d.x, d.pos, d.weight).numpy()
+    point_mesh = meshio.Mesh(other.points, other.cells, point_data={"a": d.x.numpy()})
+    np.testing.assert_allclose(predict_meshio(fresh, point_mesh, "a").point_data["prediction"], expected,
+                               rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="finite edge length"):
+        ResolvedQuadrature(model, [], 0.0)

@@ -16,29 +16,37 @@ Measured (``benchmarks/darcy_compare.py --resolve-quadrature``, docs/benchmarks.
 and TNO's from 5.0× to 1.38×.
 
 The wrapper can also be trained through (``NormalizedOperator(ResolvedQuadrature(model, meshes,
-training_size(train) / 2))``): the model then learns on the training mesh refined to half its
-edge, with the input interpolated linearly and the loss read at the data's nodes, and every mesh
-is evaluated at that same resolution. Its integrals are then resolved on every mesh, the training
-mesh included, which lets a spectral model use more modes than the data's nodes resolve
-(``benchmarks/darcy_compare.py --supersample 2``).
+training_size(train) / 2))``, or ``geoattn train --supersample 2``): the model then learns on the
+training mesh refined to half its edge, with the input interpolated linearly and the loss read at
+the data's nodes, and every mesh is evaluated at that same resolution. Its integrals are then
+resolved on every mesh, the training mesh included, which lets a spectral model use more modes
+than the data's nodes resolve (``benchmarks/darcy_compare.py --supersample 2``). Its checkpoint
+stores the size; the meshes are registered again when it is evaluated
+(:func:`register_meshes`, which :func:`~geoattn.eval.cross_mesh_report` and
+:func:`~geoattn.eval.predict_meshio` call).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import meshio
 import numpy as np
 import torch
 
-from ..errors import MeshMismatchError
+from ..errors import MeshMismatchError, UnsupportedCellError
 from ..mesh.cache import fingerprint
-from ..mesh.io import from_meshio
+from ..mesh.io import from_meshio, to_meshio
 from ..mesh.refinement import longest_edges, refine_to
 
 
 def training_size(mesh: meshio.Mesh) -> float:
-    """The longest edge of a triangle mesh: the size :class:`ResolvedQuadrature` refines others to."""
+    """The longest edge of a triangle mesh: the size :class:`ResolvedQuadrature` refines others to
+    (:class:`~geoattn.errors.UnsupportedCellError` for other cells)."""
+    if not mesh.cells or mesh.cells[-1].type != "triangle":
+        found = mesh.cells[-1].type if mesh.cells else "none"
+        raise UnsupportedCellError(f"training_size needs a triangle mesh, got cells {found!r}")
     return float(longest_edges(mesh.points[:, :2], mesh.cells[-1].data).max())
 
 
@@ -64,9 +72,9 @@ class ResolvedQuadrature(torch.nn.Module):
     It stands in for the model inside :class:`~geoattn.train.NormalizedOperator` and
     :class:`~geoattn.train.Trainer`: ``in_channels``, ``out_channels``, ``dim`` and
     :meth:`check_inputs` are the model's, and :meth:`fit_mesh` fits the model on the refined
-    training mesh. A checkpoint of it names the model ``"resolved_quadrature"``, which
-    :func:`~geoattn.models.build_model` refuses: the registered meshes are not saved, so rebuild the
-    wrapper around the loaded model instead.
+    training mesh. A checkpoint of it holds the model and the size
+    (:func:`~geoattn.train.operator_payload`), not the meshes: :func:`~geoattn.train.load_operator`
+    rebuilds the wrapper with none, and :meth:`register` adds each mesh before it is evaluated.
 
     Raises:
         MeshMismatchError: a sample on a mesh that was not registered.
@@ -75,20 +83,32 @@ class ResolvedQuadrature(torch.nn.Module):
     def __init__(self, op: torch.nn.Module, meshes: Iterable[meshio.Mesh], size: float,
                  dtype: torch.dtype = torch.float32):
         super().__init__()
+        if isinstance(size, bool) or not isinstance(size, (int, float)) or not (math.isfinite(size) and size > 0):
+            raise ValueError(f"size must be a finite edge length > 0, got {size!r}")
         self.op = op
         self.size = float(size)
+        self.dtype = dtype
         self.structures: dict[tuple, tuple] = {}
+        self.register(meshes)
+
+    def register(self, meshes: Iterable) -> None:
+        """Refine each mesh (a triangle :class:`meshio.Mesh`, or a sample with ``pos`` and
+        ``cells``) to the size and keep what evaluating samples on it needs; meshes already
+        registered (the same node coordinates) are skipped."""
         for mesh in meshes:
-            refined, prolong = refine_to(mesh, self.size)
-            fine = from_meshio(refined, dtype=dtype)
-            pos = torch.as_tensor(np.asarray(mesh.points[:, :fine.pos.shape[1]]), dtype=dtype)
+            points = mesh.points if isinstance(mesh, meshio.Mesh) else torch.as_tensor(mesh.pos).detach().cpu()
+            pos = torch.as_tensor(np.asarray(points[:, :2]), dtype=self.dtype)
+            if _key(pos) in self.structures:
+                continue
+            cells = (mesh if isinstance(mesh, meshio.Mesh) else to_meshio(mesh)).cells
+            # refine the coordinates as the samples carry them: a mesh file and its samples in
+            # float32 then give the same refinement (ties between edge lengths break alike)
+            refined, prolong = refine_to(meshio.Mesh(pos.double().numpy(), cells), self.size)  # triangles only
+            fine = from_meshio(refined, dtype=self.dtype)
             coo = prolong.tocoo()
-            matrix = torch.sparse_coo_tensor(np.stack([coo.row, coo.col]), coo.data, coo.shape, dtype=dtype,
+            matrix = torch.sparse_coo_tensor(np.stack([coo.row, coo.col]), coo.data, coo.shape, dtype=self.dtype,
                                              check_invariants=True).coalesce()
             self.structures[_key(pos)] = (matrix, fine.pos, fine.weight, fine.cells)
-        self.hparams = {"size": self.size}
-
-    model_name = "resolved_quadrature"
 
     @property
     def _model(self) -> torch.nn.Module:
@@ -141,3 +161,13 @@ class ResolvedQuadrature(torch.nn.Module):
             parts.append(out[start:start + n])  # the original nodes come first in a refined mesh
             start += fine_n
         return torch.cat(parts)
+
+
+def register_meshes(op: torch.nn.Module, meshes: Iterable) -> None:
+    """Register ``meshes`` (see :meth:`ResolvedQuadrature.register`) with the
+    :class:`ResolvedQuadrature` that ``op`` is or wraps as its model (a
+    :class:`~geoattn.train.NormalizedOperator`'s); nothing for any other operator."""
+    for module in (op, getattr(op, "model", None)):
+        if isinstance(module, ResolvedQuadrature):
+            module.register(meshes)
+            return

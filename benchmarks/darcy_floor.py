@@ -1,0 +1,187 @@
+"""What a mesh's nodes can tell: the Bayes error floor of every mesh of ``darcy_compare.py``.
+
+    python benchmarks/darcy_floor.py --scale cpu --domain square --families lognormal piecewise
+
+A model of ``darcy_compare.py`` reads the coefficient at the nodes of a mesh and is scored against
+the continuum solution (``--reference-targets``: the solution on the training mesh refined twice).
+The nodal values do not fix the continuum coefficient, so no model can be exact: the best
+prediction in mean square is the conditional mean of the solution given what the nodes show,
+
+    u*(nodes) = E[ u | a(x_1), ..., a(x_N) ],
+
+the average of the solutions over the coefficients that agree with the nodes. Those are drawn from
+the Gaussian random field conditioned on that information
+(:mod:`geoattn.data.conditional`): its values for lognormal coefficients (exact Gaussian
+conditioning), its signs for piecewise-constant ones (elliptical slice sampling, started at the
+test sample itself, which is a draw of the same law). Each draw is solved on the reference mesh
+and read at the mesh's nodes as the reference targets are.
+
+The floor is the error of ``u*`` against each test sample, in the race's metric (weighted relative
+L2 at the nodes, mean over the test samples; the RMS too). ``u*`` is estimated by the mean of
+``M`` draws; since the test sample is itself a draw of the same conditional law,
+``E|mean_M - u|^2 = (1 + 1/M) E|u* - u|^2`` for independent draws, and each squared error is
+divided by ``1 + 1/M``. Two checks are printed beside it: the same estimate from the first half
+of the draws, and the floor estimated from the draws' own spread (the conditional variance,
+which does not involve the truth). When the chain's draws are not independent enough, or still
+remember the test sample they started from, these disagree with the floor.
+
+A model trained on the data has to learn from 100 samples what ``u*`` computes from the prior
+itself, so its error lies above the floor; a target below the floor is unreachable by any
+predictor of the nodes (in mean square).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import darcy_compare as dc  # noqa: E402
+
+from geoattn.data.conditional import SignConditionedField, ValueConditionedField  # noqa: E402
+from geoattn.data.darcy import FAMILIES, DarcyProblem  # noqa: E402
+from geoattn.mesh import families, from_meshio  # noqa: E402
+from geoattn.mesh.interpolation import linear_interpolation  # noqa: E402
+from geoattn.optional import progress  # noqa: E402
+
+def corrected_errors(draws: np.ndarray, truth: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """Relative weighted L2 errors of the mean of ``draws`` ``[M, N]`` against ``truth`` ``[N]``,
+    as the error of the exact conditional mean: the squared error over ``1 + 1/M`` (exact in
+    expectation when the draws and the truth are independent draws of one law)."""
+    m = len(draws)
+    squared = (weight * (draws.mean(0) - truth) ** 2).sum() / (1 + 1 / m)
+    return np.sqrt(squared / (weight * truth**2).sum())
+
+
+def spread_errors(draws: np.ndarray, truth: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """The same floor from the spread of the draws alone: the expected squared error of the
+    conditional mean is the conditional variance, estimated without bias by the draws' sample
+    variance (the truth enters only as the norm). It does not depend on how the draws correlate
+    with the truth, only on their own independence."""
+    m = len(draws)
+    variance = (weight * (draws - draws.mean(0)) ** 2).sum() / (m - 1)
+    return np.sqrt(variance / (weight * truth**2).sum())
+
+
+def conditional_draws(field, family: str, truth, nodes: np.ndarray, rng: np.random.Generator,
+                      draws: int, burn: int, thin: int) -> list:
+    """``draws`` fields that agree with what ``family``'s coefficient of ``truth`` shows at the nodes."""
+    if family == "lognormal":
+        cond = ValueConditionedField(field, nodes, truth(nodes))
+        return [cond.sample(rng) for _ in range(draws)]
+    if family == "piecewise":
+        return list(SignConditionedField(field, nodes, truth).chain(rng, draws, burn=burn, thin=thin))
+    raise ValueError(f"unknown family {family!r}; choose one of {sorted(FAMILIES)}")
+
+
+def bayes_floor(scale: dc.Scale, family: str, domain: str = "square", draws: int = 32, burn: int = 500,
+                thin: int = 50, seed: int = 0, chain_seed: int = 0, show_progress: bool = True,
+                only: list[str] | None = None) -> dict:
+    """The floor of every mesh (or of those in ``only``):
+    ``{mesh: {"nodes", "mean", "rms", "mean_half", "spread", "errors"}}`` (``errors``: one per
+    test sample; ``mean_half``: the mean from the first half of the draws; ``spread``: the mean
+    of :func:`spread_errors`)."""
+    meshes = dc.benchmark_meshes(scale.mesh_n, domain)
+    unknown = set(only or ()) - set(meshes)
+    if unknown:
+        raise ValueError(f"meshes {sorted(unknown)} are not in the {domain} race; choose from {list(meshes)}")
+    field = dc.coefficient_field(meshes)
+    reference = DarcyProblem(families.refine(meshes["train"], 2))
+    ref_pos = torch.as_tensor(reference.nodes, dtype=torch.float64)
+    bases = {name: from_meshio(m, dtype=torch.float64) for name, m in meshes.items()}
+    read = {name: linear_interpolation(ref_pos, b.pos) for name, b in bases.items()}
+
+    def solve(sample, name):
+        u = torch.as_tensor(reference.solve(FAMILIES[family](sample)))[:, None]
+        return read[name](u).numpy()[:, 0]
+
+    rng = np.random.default_rng(chain_seed)
+    errors = {name: [] for name in meshes}
+    half = {name: [] for name in meshes}
+    spread = {name: [] for name in meshes}
+    indices = range(scale.n_train, scale.n_train + scale.n_test)  # darcy_compare's test samples
+    jobs = [(i, name) for i in indices for name in meshes if not only or name in only]
+    for i, name in progress(jobs, enabled=show_progress, desc=f"{family} floor", unit="sample"):
+        truth = field.sample(seed, i)
+        nodes, weight = bases[name].pos.numpy(), bases[name].weight.numpy()
+        u = solve(truth, name)
+        sols = np.stack([solve(s, name) for s in conditional_draws(field, family, truth, nodes, rng,
+                                                                   draws, burn, thin)])
+        errors[name].append(float(corrected_errors(sols, u, weight)))
+        half[name].append(float(corrected_errors(sols[: draws // 2], u, weight)))
+        spread[name].append(float(spread_errors(sols, u, weight)))
+    return {name: {"nodes": len(bases[name].pos), "mean": float(np.mean(e)),
+                   "rms": float(np.sqrt(np.mean(np.square(e)))), "mean_half": float(np.mean(half[name])),
+                   "spread": float(np.mean(spread[name])), "errors": e}
+            for name, e in errors.items() if e}
+
+
+def table(floors: dict, fem: dict) -> str:
+    lines = []
+    for family, rows in floors.items():
+        lines += [f"**{family}** coefficients, Bayes floor against the continuum (mean of "
+                  f"{len(next(iter(rows.values()))['errors'])} test samples):", "",
+                  "| mesh | nodes | Bayes floor | RMS | from half the draws | from the draws' spread | "
+                  "own targets' FEM error |",
+                  "|---|---|---|---|---|---|---|"]
+        for name, r in rows.items():
+            lines.append(f"| {name} | {r['nodes']} | {r['mean']:.4f} | {r['rms']:.4f} | {r['mean_half']:.4f} | "
+                         f"{r['spread']:.4f} | {fem[family][name]:.4f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scale", choices=sorted(dc.SCALES), default="cpu")
+    parser.add_argument("--domain", choices=dc.DOMAINS, default="square")
+    parser.add_argument("--families", nargs="+", choices=sorted(FAMILIES), default=["lognormal", "piecewise"])
+    parser.add_argument("--n-test", type=int, default=None, help="test samples (default: the scale's)")
+    parser.add_argument("--draws", type=int, default=32, help="conditional draws per sample and mesh (default 32)")
+    parser.add_argument("--burn", type=int, default=500,
+                        help="piecewise: moves of the sign chain before its first draw (default 500)")
+    parser.add_argument("--thin", type=int, default=50,
+                        help="piecewise: moves of the sign chain between draws (default 50)")
+    parser.add_argument("--meshes", nargs="+", default=None, help="only these meshes of the race (default: all)")
+    parser.add_argument("--out", type=Path, default=None, help="write floors.json and floors.md here")
+    args = parser.parse_args(argv)
+    if args.draws < 2:
+        parser.error(f"--draws must be at least 2 (the check uses half of them), got {args.draws}")
+    if args.n_test is not None and args.n_test < 1:
+        parser.error(f"--n-test must be positive, got {args.n_test}")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
+    scale = dc.SCALES[args.scale]
+    if args.n_test is not None:
+        scale = replace(scale, n_test=args.n_test)
+    tic, cpu = time.perf_counter(), time.process_time()
+    floors = {f: bayes_floor(scale, f, args.domain, args.draws, args.burn, args.thin, only=args.meshes)
+              for f in args.families}
+    fem = {f: dc.fem_floor(scale, f, args.domain) for f in args.families}
+    text = table(floors, fem)
+    load = os.getloadavg()
+    text += (f"\nscale {args.scale}, domain {args.domain}, {args.draws} draws (sign chain: burn {args.burn}, "
+             f"thin {args.thin}); {time.perf_counter() - tic:.0f} s wall, {time.process_time() - cpu:.0f} s CPU; "
+             f"load average {load[0]:.1f} / {load[2]:.1f} (1 / 15 min)\n")
+    print(text)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "floors.md").write_text(text)
+        (args.out / "floors.json").write_text(json.dumps({"floors": floors, "fem_floor": fem,
+                                                          "args": {k: str(v) for k, v in vars(args).items()}},
+                                                         indent=1))
+    return {"floors": floors, "fem_floor": fem}
+
+
+if __name__ == "__main__":
+    main()

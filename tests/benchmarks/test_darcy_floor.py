@@ -1,0 +1,83 @@
+"""``benchmarks/darcy_floor.py``: the Monte Carlo correction and the floors' ordering on a tiny setting."""
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="module")
+def df(load_script):
+    return load_script("darcy_floor")
+
+
+@pytest.fixture(scope="module")
+def tiny(df, tmp_path_factory):
+    out = tmp_path_factory.mktemp("floor")
+    return df.main(["--scale", "tiny", "--draws", "6", "--burn", "20", "--thin", "5", "--out", str(out)]), out
+
+
+def test_correction_recovers_the_error_of_the_exact_mean(df):
+    """Draws and truth from one law N(mu, s^2 I): the corrected error of the mean of M draws has,
+    in mean square, the error of mu itself (without the correction it is (1 + 1/M) times larger)."""
+    rng = np.random.default_rng(0)
+    n, m, trials = 50, 4, 3000
+    mu, weight = rng.uniform(1, 2, n), rng.uniform(0.5, 1, n)
+    got, exact, raw = [], [], []
+    for _ in range(trials):
+        truth = mu + 0.1 * rng.standard_normal(n)
+        draws = mu + 0.1 * rng.standard_normal((m, n))
+        norm = (weight * truth**2).sum()
+        got.append(df.corrected_errors(draws, truth, weight) ** 2)
+        exact.append((weight * (mu - truth) ** 2).sum() / norm)
+        raw.append((weight * (draws.mean(0) - truth) ** 2).sum() / norm)
+    se = np.std(got) / np.sqrt(trials)
+    assert abs(np.mean(got) - np.mean(exact)) < 4 * se
+    assert np.mean(raw) / np.mean(exact) == pytest.approx(1 + 1 / m, rel=0.05)
+    # the spread of the draws estimates the same mean square without the truth
+    spread = [df.spread_errors(mu + 0.1 * rng.standard_normal((m, n)), mu + 0.1 * rng.standard_normal(n),
+                               weight) ** 2 for _ in range(trials)]
+    assert abs(np.mean(spread) - np.mean(exact)) < 4 * np.std(spread) / np.sqrt(trials) + 4 * se
+
+
+def test_floors_order_as_the_information(tiny):
+    """More nodes tell more: the refined mesh's floor is below the training mesh's it contains.
+    Signs tell less than values: the piecewise floor conditioned on signs is above the floor
+    conditioned on the field's values (the same draws' law with more information)."""
+    result, out = tiny
+    floors = result["floors"]
+    for family in ("lognormal", "piecewise"):
+        f = floors[family]
+        assert all(0 < r["mean"] <= r["rms"] for r in f.values())
+        assert f["refined"]["mean"] < f["train"]["mean"]
+        assert len(f["train"]["errors"]) == 2  # the tiny scale's test samples
+    assert (out / "floors.md").exists() and (out / "floors.json").exists()
+
+
+def test_signs_tell_less_than_values(df):
+    dc = df.dc
+    scale = dc.SCALES["tiny"]
+    meshes = dc.benchmark_meshes(scale.mesh_n)
+    field = dc.coefficient_field(meshes)
+    nodes = meshes["train"].points[:, :2]
+    truth = field.sample(0, scale.n_train)
+    rng = np.random.default_rng(0)
+    far = np.random.default_rng(1).uniform(0, 1, (200, 2))
+    spread = {}
+    for family in ("lognormal", "piecewise"):
+        draws = df.conditional_draws(field, family, truth, nodes, rng, 16, burn=50, thin=10)
+        spread[family] = np.mean(np.std([d(far) for d in draws], axis=0))
+        if family == "lognormal":  # the values: every draw takes them at the nodes
+            for d in draws:
+                np.testing.assert_allclose(d(nodes), truth(nodes), atol=1e-6 * np.abs(truth(nodes)).max())
+        else:  # the signs: every draw keeps them
+            for d in draws:
+                np.testing.assert_array_equal(d(nodes) >= 0, truth(nodes) >= 0)
+    # values tell more than signs, and signs more than nothing (the prior's spread)
+    prior = np.mean(np.sqrt(np.diag(field.covariance(far, far))))
+    assert spread["lognormal"] < spread["piecewise"] < 0.8 * prior, (spread, prior)
+
+
+def test_bad_arguments_are_refused(df):
+    with pytest.raises(SystemExit):
+        df.main(["--draws", "1"])
+    with pytest.raises(ValueError, match="unknown family"):
+        df.conditional_draws(None, "smooth", None, None, None, 2, 1, 1)
