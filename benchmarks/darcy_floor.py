@@ -22,8 +22,11 @@ L2 at the nodes, mean over the test samples; the RMS too). ``u*`` is estimated b
 ``E|mean_M - u|^2 = (1 + 1/M) E|u* - u|^2`` for independent draws, and each squared error is
 divided by ``1 + 1/M``. Two checks are printed beside it: the same estimate from the first half
 of the draws, and the floor estimated from the draws' own spread (the conditional variance,
-which does not involve the truth). When the chain's draws are not independent enough, or still
-remember the test sample they started from, these disagree with the floor.
+which does not involve the truth), with the correlation between consecutive draws. When the
+chain's draws are not independent enough (a lag-1 correlation well above 0: the chain mixes
+slowly where many nodes constrain the signs), or still remember the test sample they started
+from, these disagree with the floor: correlated draws make the floor from the mean too high and
+the one from the spread too low.
 
 A model trained on the data has to learn from 100 samples what ``u*`` computes from the prior
 itself, so its error lies above the floor; a target below the floor is unreachable by any
@@ -73,6 +76,15 @@ def spread_errors(draws: np.ndarray, truth: np.ndarray, weight: np.ndarray) -> n
     return np.sqrt(variance / (weight * truth**2).sum())
 
 
+def lag_one_correlation(draws: np.ndarray) -> float:
+    """Mean over the nodes of the correlation between consecutive draws ``[M, N]``: about 0 for
+    independent draws, near 1 for a chain that moves little between them."""
+    x = draws - draws.mean(0)
+    var = (x**2).sum(0)
+    keep = var > 1e-12 * var.max()  # boundary nodes have no spread
+    return float(np.mean((x[1:] * x[:-1]).sum(0)[keep] / var[keep]))
+
+
 def conditional_draws(field, family: str, truth, nodes: np.ndarray, rng: np.random.Generator,
                       draws: int, burn: int, thin: int) -> list:
     """``draws`` fields that agree with what ``family``'s coefficient of ``truth`` shows at the nodes."""
@@ -84,13 +96,13 @@ def conditional_draws(field, family: str, truth, nodes: np.ndarray, rng: np.rand
     raise ValueError(f"unknown family {family!r}; choose one of {sorted(FAMILIES)}")
 
 
-def bayes_floor(scale: dc.Scale, family: str, domain: str = "square", draws: int = 32, burn: int = 500,
-                thin: int = 50, seed: int = 0, chain_seed: int = 0, show_progress: bool = True,
+def bayes_floor(scale: dc.Scale, family: str, domain: str = "square", draws: int = 32, burn: int = 3000,
+                thin: int = 200, seed: int = 0, chain_seed: int = 0, show_progress: bool = True,
                 only: list[str] | None = None) -> dict:
     """The floor of every mesh (or of those in ``only``):
-    ``{mesh: {"nodes", "mean", "rms", "mean_half", "spread", "errors"}}`` (``errors``: one per
-    test sample; ``mean_half``: the mean from the first half of the draws; ``spread``: the mean
-    of :func:`spread_errors`)."""
+    ``{mesh: {"nodes", "mean", "rms", "mean_half", "spread", "lag_one", "errors"}}`` (``errors``:
+    one per test sample; ``mean_half``: the mean from the first half of the draws; ``spread``: the
+    mean of :func:`spread_errors`; ``lag_one``: of :func:`lag_one_correlation`)."""
     meshes = dc.benchmark_meshes(scale.mesh_n, domain)
     unknown = set(only or ()) - set(meshes)
     if unknown:
@@ -109,6 +121,7 @@ def bayes_floor(scale: dc.Scale, family: str, domain: str = "square", draws: int
     errors = {name: [] for name in meshes}
     half = {name: [] for name in meshes}
     spread = {name: [] for name in meshes}
+    lag = {name: [] for name in meshes}
     indices = range(scale.n_train, scale.n_train + scale.n_test)  # darcy_compare's test samples
     jobs = [(i, name) for i in indices for name in meshes if not only or name in only]
     for i, name in progress(jobs, enabled=show_progress, desc=f"{family} floor", unit="sample"):
@@ -120,9 +133,10 @@ def bayes_floor(scale: dc.Scale, family: str, domain: str = "square", draws: int
         errors[name].append(float(corrected_errors(sols, u, weight)))
         half[name].append(float(corrected_errors(sols[: draws // 2], u, weight)))
         spread[name].append(float(spread_errors(sols, u, weight)))
+        lag[name].append(lag_one_correlation(sols))
     return {name: {"nodes": len(bases[name].pos), "mean": float(np.mean(e)),
                    "rms": float(np.sqrt(np.mean(np.square(e)))), "mean_half": float(np.mean(half[name])),
-                   "spread": float(np.mean(spread[name])), "errors": e}
+                   "spread": float(np.mean(spread[name])), "lag_one": float(np.mean(lag[name])), "errors": e}
             for name, e in errors.items() if e}
 
 
@@ -132,11 +146,11 @@ def table(floors: dict, fem: dict) -> str:
         lines += [f"**{family}** coefficients, Bayes floor against the continuum (mean of "
                   f"{len(next(iter(rows.values()))['errors'])} test samples):", "",
                   "| mesh | nodes | Bayes floor | RMS | from half the draws | from the draws' spread | "
-                  "own targets' FEM error |",
-                  "|---|---|---|---|---|---|---|"]
+                  "lag-1 correlation of the draws | own targets' FEM error |",
+                  "|---|---|---|---|---|---|---|---|"]
         for name, r in rows.items():
             lines.append(f"| {name} | {r['nodes']} | {r['mean']:.4f} | {r['rms']:.4f} | {r['mean_half']:.4f} | "
-                         f"{r['spread']:.4f} | {fem[family][name]:.4f} |")
+                         f"{r['spread']:.4f} | {r['lag_one']:.2f} | {fem[family][name]:.4f} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -149,10 +163,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--families", nargs="+", choices=sorted(FAMILIES), default=["lognormal", "piecewise"])
     parser.add_argument("--n-test", type=int, default=None, help="test samples (default: the scale's)")
     parser.add_argument("--draws", type=int, default=32, help="conditional draws per sample and mesh (default 32)")
-    parser.add_argument("--burn", type=int, default=500,
-                        help="piecewise: moves of the sign chain before its first draw (default 500)")
-    parser.add_argument("--thin", type=int, default=50,
-                        help="piecewise: moves of the sign chain between draws (default 50)")
+    parser.add_argument("--burn", type=int, default=3000,
+                        help="piecewise: moves of the sign chain before its first draw (default 3000)")
+    parser.add_argument("--thin", type=int, default=200,
+                        help="piecewise: moves of the sign chain between draws (default 200)")
     parser.add_argument("--meshes", nargs="+", default=None, help="only these meshes of the race (default: all)")
     parser.add_argument("--out", type=Path, default=None, help="write floors.json and floors.md here")
     args = parser.parse_args(argv)

@@ -38,6 +38,15 @@ def test_correction_recovers_the_error_of_the_exact_mean(df):
     assert abs(np.mean(spread) - np.mean(exact)) < 4 * np.std(spread) / np.sqrt(trials) + 4 * se
 
 
+def test_lag_one_correlation_tells_independent_draws_from_a_slow_chain(df):
+    rng = np.random.default_rng(0)
+    independent = rng.standard_normal((400, 30))
+    walk = np.cumsum(rng.standard_normal((400, 30)), axis=0)
+    walk[:, 0] = 1.0  # a node without spread (a boundary node) is left out
+    assert abs(df.lag_one_correlation(independent)) < 0.1
+    assert df.lag_one_correlation(walk) > 0.9
+
+
 def test_floors_order_as_the_information(tiny):
     """More nodes tell more: the refined mesh's floor is below the training mesh's it contains.
     Signs tell less than values: the piecewise floor conditioned on signs is above the floor
