@@ -100,9 +100,10 @@ def bayes_floor(scale: dc.Scale, family: str, domain: str = "square", draws: int
                 thin: int = 200, seed: int = 0, chain_seed: int = 0, show_progress: bool = True,
                 only: list[str] | None = None) -> dict:
     """The floor of every mesh (or of those in ``only``):
-    ``{mesh: {"nodes", "mean", "rms", "mean_half", "spread", "lag_one", "errors"}}`` (``errors``:
-    one per test sample; ``mean_half``: the mean from the first half of the draws; ``spread``: the
-    mean of :func:`spread_errors`; ``lag_one``: of :func:`lag_one_correlation`)."""
+    ``{mesh: {"nodes", "mean", "se", "rms", "samples", "mean_half", "spread", "lag_one"}}``: the
+    mean, its standard error, the RMS and the values over the test samples of
+    :func:`corrected_errors`, the mean from the first half of the draws, the same summary of
+    :func:`spread_errors` (a dict), and the mean :func:`lag_one_correlation`."""
     meshes = dc.benchmark_meshes(scale.mesh_n, domain)
     unknown = set(only or ()) - set(meshes)
     if unknown:
@@ -134,23 +135,29 @@ def bayes_floor(scale: dc.Scale, family: str, domain: str = "square", draws: int
         half[name].append(float(corrected_errors(sols[: draws // 2], u, weight)))
         spread[name].append(float(spread_errors(sols, u, weight)))
         lag[name].append(lag_one_correlation(sols))
-    return {name: {"nodes": len(bases[name].pos), "mean": float(np.mean(e)),
-                   "rms": float(np.sqrt(np.mean(np.square(e)))), "mean_half": float(np.mean(half[name])),
-                   "spread": float(np.mean(spread[name])), "lag_one": float(np.mean(lag[name])), "errors": e}
+    def summary(values: list[float]) -> dict:
+        v = np.asarray(values)
+        return {"mean": float(v.mean()), "se": float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan"),
+                "rms": float(np.sqrt(np.mean(v**2))), "samples": values}
+
+    return {name: {"nodes": len(bases[name].pos), **summary(e), "mean_half": float(np.mean(half[name])),
+                   "spread": summary(spread[name]), "lag_one": float(np.mean(lag[name]))}
             for name, e in errors.items() if e}
 
 
 def table(floors: dict, fem: dict) -> str:
     lines = []
     for family, rows in floors.items():
-        lines += [f"**{family}** coefficients, Bayes floor against the continuum (mean of "
-                  f"{len(next(iter(rows.values()))['errors'])} test samples):", "",
-                  "| mesh | nodes | Bayes floor | RMS | from half the draws | from the draws' spread | "
-                  "lag-1 correlation of the draws | own targets' FEM error |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += [f"**{family}** coefficients, Bayes floor against the continuum (mean ± standard error "
+                  f"over {len(next(iter(rows.values()))['samples'])} test samples, and RMS):", "",
+                  "| mesh | nodes | floor: error of the mean | RMS | from half the draws | floor: spread of the draws "
+                  "| RMS | lag-1 correlation of the draws | own targets' FEM error |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for name, r in rows.items():
-            lines.append(f"| {name} | {r['nodes']} | {r['mean']:.4f} | {r['rms']:.4f} | {r['mean_half']:.4f} | "
-                         f"{r['spread']:.4f} | {r['lag_one']:.2f} | {fem[family][name]:.4f} |")
+            b = r["spread"]
+            lines.append(f"| {name} | {r['nodes']} | {r['mean']:.4f} ± {r['se']:.4f} | {r['rms']:.4f} | "
+                         f"{r['mean_half']:.4f} | {b['mean']:.4f} ± {b['se']:.4f} | {b['rms']:.4f} | "
+                         f"{r['lag_one']:.2f} | {fem[family][name]:.4f} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -97,7 +97,7 @@ class GaussianRandomField:
         return (self.basis(x) * (self.std.ravel() ** 2)) @ self.basis(y).T
 
     def basis(self, points) -> np.ndarray:
-        """The basis functions :math:`\varphi_k` at ``points``, ``[N, d] -> [N, prod(m)]`` (``k``
+        r"""The basis functions :math:`\varphi_k` at ``points``, ``[N, d] -> [N, prod(m)]`` (``k``
         in C order, the order of :attr:`std` raveled): a sample with coefficients ``c`` is
         ``basis(points) @ c.ravel()``."""
         return _basis(self.box, np.asarray(points, float), self.modes)

@@ -55,9 +55,9 @@ def test_floors_order_as_the_information(tiny):
     floors = result["floors"]
     for family in ("lognormal", "piecewise"):
         f = floors[family]
-        assert all(0 < r["mean"] <= r["rms"] for r in f.values())
+        assert all(0 < r["mean"] <= r["rms"] and 0 < r["spread"]["mean"] <= r["spread"]["rms"] for r in f.values())
         assert f["refined"]["mean"] < f["train"]["mean"]
-        assert len(f["train"]["errors"]) == 2  # the tiny scale's test samples
+        assert len(f["train"]["samples"]) == 2  # the tiny scale's test samples
     assert (out / "floors.md").exists() and (out / "floors.json").exists()
 
 
