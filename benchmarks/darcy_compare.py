@@ -74,6 +74,7 @@ from timing import machine as describe_machine
 
 from geoattn.data.darcy import darcy_samples
 from geoattn.data.grf import preset
+from geoattn.mesh.symmetry import augment, dihedral
 from geoattn.eval import ResolvedQuadrature, cross_mesh_report, training_size
 from geoattn.mesh import families
 from geoattn.mesh.interpolation import linear_interpolation
@@ -103,6 +104,7 @@ class Scale:
     seconds: float | None = None  # wall-clock budget per model (None: train for ``epochs``)
     supersample: int = 1  # geoattn models compute on meshes refined to the training edge / this
     mesh_fno_modes: int | None = None  # mesh_fno's modes (None: :func:`mesh_fno_modes`)
+    symmetries: bool = False  # train every model on the training samples carried by the domain's symmetries
 
 
 SCALES = {
@@ -116,6 +118,9 @@ SCALES = {
 DOMAINS = ("square", "lshape", "holes")
 HOLES_MESH = Path(__file__).resolve().parents[1] / "meshes" / "disk_two_holes.msh"
 HOLES_H = 0.08  # target edge length of ``HOLES_MESH`` (meshes/generate.py)
+#: Isometries that leave each domain, the Darcy problem (source 1, zero boundary values) and the
+#: coefficient law on the domain's bounding box invariant (the holed disk has none but the identity).
+SYMMETRIES = {"square": dihedral(4, (0.5, 0.5)), "lshape": dihedral(1, (0.0, 0.0), -np.pi / 4)}
 
 
 def jitter(mesh, amplitude: float = 0.25, seed: int = 0):
@@ -610,6 +615,8 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
     train = darcy_samples({"train": meshes["train"]}, scale.n_train, seed, family, field)["train"]
     test = darcy_samples(meshes, scale.n_test, seed, family, field, start=scale.n_train)
     log.info("%s: data in %.1f s", family, time.perf_counter() - tic)
+    if scale.symmetries:
+        train = augment(train, SYMMETRIES[domain])  # |G| images of every training sample, checked
     train = [d.to(device) for d in train]
     test = {k: [d.to(device) for d in v] for k, v in test.items()}
     rows, operators = {}, {}
@@ -619,6 +626,7 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
         model = make()
         if scale.supersample > 1 and name in MODELS:  # geoattn's own models; the peers see the nodes
             model = ResolvedQuadrature(model, meshes.values(), size)
+            model.register(train[:len(SYMMETRIES[domain])] if scale.symmetries else [])  # the images
         op = NormalizedOperator(model).to(device)  # patched models: the trainer fits the partition
         epochs = scale.epochs if scale.seconds is None else budget_epochs(op, train, scale, seed)
         trainer = Trainer(op, epochs=epochs, batch_size=scale.batch_size, lr=scale.lr,
@@ -674,6 +682,9 @@ def markdown(results: dict, scale: Scale) -> str:
     if scale.supersample > 1:
         out.append(f"geoattn's models compute on every mesh refined to the training mesh's longest edge / "
                    f"{scale.supersample} (`--supersample {scale.supersample}`); the other models see the nodes.\n")
+    if scale.symmetries:
+        out.append("Every model trains on each training sample carried by the domain's symmetries "
+                   "(`--symmetries`).\n")
     for family, res in results.items():
         meshes = list(res["nodes"])
         out.append(f"**{family}** coefficients (test relative L2(D) error, mean of {scale.n_test} samples):\n")
@@ -815,6 +826,10 @@ def main(argv: list[str] | None = None) -> dict:
                              "longest edge / F (geoattn.eval.ResolvedQuadrature: input interpolated linearly, "
                              "output read at the data's nodes); mesh_fno's modes follow the refined training "
                              "mesh (default 1: the meshes as they are)")
+    parser.add_argument("--symmetries", action="store_true",
+                        help="train every model on each training sample carried by the domain's symmetries "
+                             "(SYMMETRIES: the square's 8, the L-shape's diagonal reflection), checked with "
+                             "geoattn.mesh.symmetry; the epochs follow the larger set")
     parser.add_argument("--fem-floor", action="store_true",
                         help="train nothing: print how far each mesh's finite-element targets are from a "
                              "twice-refined solution (the error floor of the cross-mesh scores)")
@@ -824,6 +839,9 @@ def main(argv: list[str] | None = None) -> dict:
     if args.supersample > 1 and args.resolve_quadrature:
         parser.error("--supersample already scores every mesh refined (finer than --resolve-quadrature would); "
                      "give one of them")
+    if args.symmetries and args.domain not in SYMMETRIES:
+        parser.error(f"--symmetries: the {args.domain!r} domain has no symmetry but the identity; "
+                     f"domains with symmetries: {sorted(SYMMETRIES)}")
     if args.combine:
         return combine(args.combine, args.out)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")

@@ -118,6 +118,10 @@ class ZeroNormError(GeoattnError, ValueError):
     """The target of a relative error has zero norm, so the ratio is undefined."""
 
 
+class SymmetryError(MeshError):
+    """A map given as a symmetry of the domain moves some node off the domain (or is not an isometry)."""
+
+
 __all__ = [
     "GeoattnError",
     "MeshError",
@@ -145,4 +149,5 @@ __all__ = [
     "MeshFileError",
     "DuplicateCellError",
     "ZeroNormError",
+    "SymmetryError",
 ]

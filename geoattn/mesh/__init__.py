@@ -2,7 +2,8 @@
 
 A discretised function is ``(pos, weight, values)``: :func:`from_meshio` / :func:`read_mesh`
 build a validated :class:`MeshData` sample with weights from any meshio mesh, and
-:func:`quadrature_weights` computes weights for meshes and bare point clouds.
+:func:`quadrature_weights` computes weights for meshes and bare point clouds, and
+:mod:`~geoattn.mesh.symmetry` carries samples by the symmetries of their domain (:func:`augment`).
 
 Importing this package loads neither meshio nor scikit-fem: meshio is imported by the functions
 that build, read or write a :class:`meshio.Mesh`, and :mod:`~geoattn.mesh.families` (which needs
@@ -18,6 +19,7 @@ from .io import from_meshio, read_mesh, read_meshio, save_meshio, to_meshio, wri
 from .neighbors import knn, knn_graph, radius, radius_graph
 from .partition import Partition, partition, patch_centroids
 from .quadrature import integrate, weighted_mean
+from .symmetry import Isometry, augment, check_symmetry, dihedral
 from .validation import (validate_cells, validate_field, validate_mesh, validate_sample,
                          validate_weights)
 from .weights import knn_weights, node_average_weights, quadrature_weights, voronoi_weights
@@ -33,8 +35,12 @@ def __getattr__(name: str):
 __all__ = [
     "CELL_DIMENSIONS",
     "CELL_TYPES",
+    "Isometry",
     "MeshData",
     "Partition",
+    "augment",
+    "check_symmetry",
+    "dihedral",
     "families",
     "from_meshio",
     "integrate",

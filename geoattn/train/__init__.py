@@ -6,12 +6,14 @@ from .loss import relative_h1, relative_l2
 from .normalizer import GaussianNormalizer
 from .operator import NormalizedOperator
 from .resolved import ResolvedQuadrature, register_meshes, training_size
+from .symmetrized import SymmetrizedOperator
 from .trainer import Trainer, evaluate_errors, sample_errors
 
 __all__ = [
     "GaussianNormalizer",
     "NormalizedOperator",
     "ResolvedQuadrature",
+    "SymmetrizedOperator",
     "Trainer",
     "evaluate_errors",
     "init_distributed",

@@ -1,0 +1,77 @@
+"""The group average of an operator: exactly equivariant, the mean of the operator on the images,
+batched as the images one by one."""
+
+import math
+
+import pytest
+import torch
+
+from geoattn.errors import SymmetryError
+from geoattn.mesh import dihedral, families, from_meshio
+from geoattn.mesh.symmetry import Isometry, transform
+from geoattn.models import build_model
+from geoattn.train import NormalizedOperator, ResolvedQuadrature, SymmetrizedOperator, training_size
+
+SQUARE = dihedral(4, (0.5, 0.5))
+
+
+def _sample(kind="irregular", n=6, seed=0):
+    s = from_meshio(families.unit_square(n, kind, seed=seed), dtype=torch.float64)
+    s.x = torch.sin(3 * s.pos[:, :1]) + s.pos[:, 1:] ** 2  # not invariant under any map but the identity
+    return s
+
+
+def _model():
+    torch.manual_seed(0)
+    return build_model("mesh_fno", in_channels=1, out_channels=1, dim=2, modes=3, width=8, depth=2).double()
+
+
+def test_the_average_is_the_mean_over_the_images():
+    model, s = _model(), _sample()
+    sym = SymmetrizedOperator(model, SQUARE)
+    expected = torch.stack([model(s.x, g(s.pos), s.weight) for g in SQUARE]).mean(0)
+    torch.testing.assert_close(sym(s.x, s.pos, s.weight), expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["irregular", "graded"])
+def test_the_average_is_equivariant_and_the_model_is_not(kind):
+    """On every image mesh the averaged output at each node is the one on the original mesh;
+    the model alone changes by a visible amount (the test sees a non-equivariant operator)."""
+    model, s = _model(), _sample(kind)
+    sym = SymmetrizedOperator(model, SQUARE)
+    out, plain = sym(s.x, s.pos, s.weight), model(s.x, s.pos, s.weight)
+    for g in SQUARE[1:]:
+        image = transform(s, g)
+        torch.testing.assert_close(sym(image.x, image.pos, image.weight), out, rtol=1e-9, atol=1e-12)
+        assert (model(image.x, image.pos, image.weight) - plain).abs().max() > 1e-4 * plain.abs().max()
+
+
+def test_a_batch_is_the_samples_one_by_one():
+    model = _model()
+    a, b = _sample(), _sample("graded", 5)
+    sym = SymmetrizedOperator(NormalizedOperator(model), SQUARE)
+    x, pos, w = torch.cat([a.x, b.x]), torch.cat([a.pos, b.pos]), torch.cat([a.weight, b.weight])
+    batch = torch.repeat_interleave(torch.arange(2), torch.tensor([len(a.pos), len(b.pos)]))
+    both = sym(x, pos, w, batch)
+    torch.testing.assert_close(both, torch.cat([sym(a.x, a.pos, a.weight), sym(b.x, b.pos, b.weight)]))
+
+
+def test_inside_the_resolved_quadrature():
+    """ResolvedQuadrature(SymmetrizedOperator(model)) refines, then averages over the images of the
+    refined mesh: still equivariant, on the registered meshes only."""
+    meshes = [families.unit_square(6, "irregular", seed=0), families.unit_square(6, "graded")]
+    model, s = _model(), _sample("graded")
+    wrapped = ResolvedQuadrature(SymmetrizedOperator(model, SQUARE), meshes, training_size(meshes[0]) / 2,
+                                 dtype=torch.float64)
+    out = wrapped(s.x, s.pos, s.weight)
+    assert out.shape == (len(s.pos), 1) and torch.isfinite(out).all()
+
+
+def test_a_set_that_is_not_a_group_is_refused():
+    with pytest.raises(SymmetryError, match="not a group"):
+        SymmetrizedOperator(_model(), SQUARE[:3])  # rotations by 0, 90, 180 without 270
+    with pytest.raises(SymmetryError, match="not a group"):
+        SymmetrizedOperator(_model(), [SQUARE[0], Isometry(SQUARE[1].matrix, (0.0, 0.0))])
+    with pytest.raises(SymmetryError, match="no isometries"):
+        SymmetrizedOperator(_model(), [])
+    SymmetrizedOperator(_model(), dihedral(1, (0.0, 0.0), -math.pi / 4))  # the L-shape's pair
