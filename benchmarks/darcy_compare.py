@@ -19,7 +19,8 @@ Two ways to make the race fair:
   values), and the model trains for ``max(1, floor(S / t_epoch))`` epochs with the full one-cycle
   schedule: the same run as ``--epochs`` with that count. The probe is not part of the budget;
   the table reports the epochs done and the wall time they actually took (``train s``), so a
-  budget missed because the machine's speed changed shows.
+  budget missed because the machine's speed changed shows. On a shared machine, ``--clock cpu``
+  times the probe epochs by the process's CPU time instead, which other work does not stretch.
 
 Domains (``--domain``): ``square`` (the unit square: irregular training mesh, its refinement, a
 graded and a foreign irregular mesh), ``lshape`` (the L-shape ``[-1, 1]^2`` minus a quadrant:
@@ -81,7 +82,7 @@ from geoattn.mesh.interpolation import linear_interpolation
 from geoattn.mesh.refinement import refine_to
 from geoattn.models import MODELS, NeuralOperator, build_model
 from geoattn.nn.spectral import resolved_modes
-from geoattn.train import NormalizedOperator, Trainer
+from geoattn.train import NormalizedOperator, Trainer, symmetrize
 
 log = logging.getLogger("darcy_compare")
 
@@ -105,6 +106,7 @@ class Scale:
     supersample: int = 1  # geoattn models compute on meshes refined to the training edge / this
     mesh_fno_modes: int | None = None  # mesh_fno's modes (None: :func:`mesh_fno_modes`)
     symmetries: bool = False  # train every model on the training samples carried by the domain's symmetries
+    clock: str = "wall"  # what ``seconds`` counts: wall time, or the process's CPU time ("cpu")
 
 
 SCALES = {
@@ -337,16 +339,29 @@ class GridFNO(_MeshAdapter):
             self._cache[key] = (_sparse(to_grid, pos), _sparse(to_mesh, pos), mask)
         return self._cache[key]
 
-    def run(self, x, pos):
-        to_grid, to_mesh, mask = self._operators(pos)
-        b, n, c = x.shape
-        g = torch.sparse.mm(to_grid, x.permute(1, 0, 2).reshape(n, b * c))  # [s*s, B*C]
-        g = g.reshape(self.grid, self.grid, b, c).permute(2, 3, 0, 1)  # [B, C, s, s]
-        if mask is not None:
-            g = torch.cat([g, mask.reshape(1, 1, self.grid, self.grid).expand(b, 1, -1, -1)], 1)
-        y = self.fno(g)  # [B, C_out, s, s]
-        y = y.permute(2, 3, 0, 1).reshape(self.grid * self.grid, -1)  # [s*s, B*C_out]
-        return torch.sparse.mm(to_mesh, y).reshape(n, b, -1).permute(1, 0, 2)  # [B, N, C_out]
+    def forward(self, x, pos, weight, batch=None):
+        """Every graph interpolated to the grid with its own mesh's operators, one FNO call on the
+        stacked grids (a batch mixing meshes runs as one batch), each output read at its nodes."""
+        runs = _graphs(x, pos, batch)
+        ops = [self._operators(p) for _, p, _ in runs]
+        grids = []
+        for (xs, p, _), (to_grid, _, mask) in zip(runs, ops):
+            b, n, c = xs.shape
+            g = torch.sparse.mm(to_grid, xs.permute(1, 0, 2).reshape(n, b * c))  # [s*s, B*C]
+            g = g.reshape(self.grid, self.grid, b, c).permute(2, 3, 0, 1)  # [B, C, s, s]
+            if mask is not None:
+                g = torch.cat([g, mask.reshape(1, 1, self.grid, self.grid).expand(b, 1, -1, -1)], 1)
+            grids.append(g)
+        y = self.fno(torch.cat(grids))  # [B_total, C_out, s, s]
+        out, start = x.new_empty(x.shape[0], self.out_channels), 0
+        for (xs, p, slices), (_, to_mesh, _) in zip(runs, ops):
+            b, n = xs.shape[:2]
+            yk = y[start:start + b].permute(2, 3, 0, 1).reshape(self.grid * self.grid, -1)  # [s*s, B*C_out]
+            yk = torch.sparse.mm(to_mesh, yk).reshape(n, b, -1).permute(1, 0, 2)  # [B, N, C_out]
+            for k, sl in enumerate(slices):
+                out[sl] = yk[k]
+            start += b
+        return out
 
 
 class Transolver(_MeshAdapter):
@@ -547,15 +562,19 @@ def budget_epochs(op: NormalizedOperator, train: list, scale: Scale, seed: int =
     """Epochs that fit in ``scale.seconds``, from the time of throw-away epochs: one when it takes
     the whole budget or more, else at least two and up to ten until they add up to 5 % of the
     budget, timed by the median of all but the first one (which also pays one-time costs such as
-    neighbour graphs and interpolation matrices). The weights are then put back to their initial
-    values."""
+    neighbour graphs and interpolation matrices). With ``scale.clock == "cpu"`` the epochs are
+    timed by the process's CPU time, which other work on a shared machine does not stretch (with
+    one thread it is the wall time of an idle machine). The weights are then put back to their
+    initial values."""
     tensors = [*op.parameters(), *op.buffers()]  # not state_dict: neuralop adds non-tensor entries
     initial = [t.detach().clone() for t in tensors]
     seconds = []
     while not seconds or (seconds[0] < scale.seconds and len(seconds) < 10
                           and (len(seconds) < 2 or sum(seconds) < scale.seconds / 20)):
         probe = Trainer(op, epochs=1, batch_size=scale.batch_size, lr=scale.lr, seed=seed, progress=False)
-        seconds.append(probe.fit(train)[-1]["seconds"])
+        cpu = time.process_time()
+        wall = probe.fit(train)[-1]["seconds"]
+        seconds.append(time.process_time() - cpu if scale.clock == "cpu" else wall)
     with torch.no_grad():
         for t, t0 in zip(tensors, initial):
             t.copy_(t0)
@@ -658,6 +677,12 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
         if reference:
             scored["test_reference_resolved"] = cross_mesh_report(resolved, targets, reference="train",
                                                                   batch_size=scale.batch_size)
+    if scale.symmetries:  # every model also averaged over the domain's symmetries
+        averaged = {name: symmetrize(op, SYMMETRIES[domain]) for name, op in operators.items()}
+        samples = {"test": test, "test_reference": targets if reference else None}
+        for key in [k for k, v in samples.items() if v is not None]:
+            scored[key + "_symmetrized"] = cross_mesh_report(averaged, samples[key], reference="train",
+                                                             batch_size=scale.batch_size)
     for name in operators:
         for key, rep in scored.items():
             rows[name][key] = errors = {mesh: rep.mean(name, mesh) for mesh in rep.nodes}
@@ -673,6 +698,9 @@ EXTRA_SCORES = {
     "test_resolved": "each mesh refined to the training mesh's longest edge for the model, output "
                      "read at its own nodes (`--resolve-quadrature`)",
     "test_reference_resolved": "both (`--reference-targets --resolve-quadrature`)",
+    "test_symmetrized": "averaged over the domain's symmetries (`--symmetries`)",
+    "test_reference_symmetrized": "averaged over the domain's symmetries, against the twice-refined "
+                                  "training mesh's solutions (`--symmetries --reference-targets`)",
 }
 
 
@@ -721,7 +749,7 @@ def table(results: dict) -> str:
     for family, res in results.items():
         meshes = list(res["nodes"])
         lines.append(f"{family}: " + ", ".join(f"{m} {n} nodes" for m, n in res["nodes"].items()))
-        width = max(22, *(len(name) + 1 for name in res["models"]))
+        width = max(26, *(len(name) + 1 for name in res["models"]))
         lines.append(f"{'model':<{width}}{'params':>9}{'epochs':>7}{'s/epoch':>9}{'train s':>8}{'cpu s':>8}{'MiB':>7}"
                      + "".join(f"{m:>11}" for m in meshes) + f"{'worst/train':>12}")
         for name, r in res["models"].items():
@@ -810,6 +838,9 @@ def main(argv: list[str] | None = None) -> dict:
         parser.add_argument("--" + field.replace("_", "-"), type=int, help=f"override the scale's {field}")
     parser.add_argument("--seconds", type=float,
                         help="wall-clock training budget per model (epochs follow from its speed; default: --epochs)")
+    parser.add_argument("--clock", default="wall", choices=["wall", "cpu"],
+                        help="what --seconds counts: wall time, or the process's CPU time, which other work on a "
+                             "shared machine does not stretch (use with --threads 1; default wall)")
     parser.add_argument("--domain", default="square", choices=DOMAINS, help="training domain (default square)")
     parser.add_argument("--out", type=Path, help="folder for results.json, table.md and the plots")
     parser.add_argument("--threads", type=int, help="torch CPU threads")

@@ -37,12 +37,13 @@ class CrossMeshReport:
     def table(self) -> str:
         """A plain-text table: one row per mesh, error and ratio to the reference per model."""
         models = list(self.errors)
-        head = f"{'mesh':<18}{'nodes':>7}" + "".join(f"{m + ' rel L2':>22}{'ratio':>7}" for m in models)
+        widths = [max(22, len(m) + 9) for m in models]  # a long model name widens its column
+        head = f"{'mesh':<18}{'nodes':>7}" + "".join(f"{m + ' rel L2':>{w}}{'ratio':>7}" for m, w in zip(models, widths))
         lines = [head, "-" * len(head)]
         for mesh, n in self.nodes.items():
             row = f"{mesh:<18}{n:>7}"
-            for m in models:
-                row += f"{self.mean(m, mesh):>22.4f}{self.ratio(m, mesh):>7.2f}"
+            for m, w in zip(models, widths):
+                row += f"{self.mean(m, mesh):>{w}.4f}{self.ratio(m, mesh):>7.2f}"
             lines.append(row)
         return "\n".join(lines)
 

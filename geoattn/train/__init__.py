@@ -6,7 +6,7 @@ from .loss import relative_h1, relative_l2
 from .normalizer import GaussianNormalizer
 from .operator import NormalizedOperator
 from .resolved import ResolvedQuadrature, register_meshes, training_size
-from .symmetrized import SymmetrizedOperator
+from .symmetrized import SymmetrizedOperator, symmetrize
 from .trainer import Trainer, evaluate_errors, sample_errors
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "relative_h1",
     "relative_l2",
     "sample_errors",
+    "symmetrize",
     "save_checkpoint",
     "training_size",
 ]

@@ -18,22 +18,26 @@ images' errors (Jensen).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import torch
 
 from ..errors import SymmetryError
 from ..mesh.symmetry import Isometry
+from .operator import NormalizedOperator
+from .resolved import ResolvedQuadrature
 
 
 class SymmetrizedOperator(torch.nn.Module):
     """The mean of ``op`` over the images of each sample's mesh under ``isometries``.
 
     Args:
-        op: the operator, ``op(x, pos, weight, batch) -> [N, C_out]`` (a model, a
-            :class:`~geoattn.train.NormalizedOperator` or a
-            :class:`~geoattn.train.ResolvedQuadrature`, which must then wrap this one, not the
-            other way round: it recognises its meshes by their coordinates).
+        op: the operator, ``op(x, pos, weight, batch) -> [N, C_out]`` (a model or a
+            :class:`~geoattn.train.NormalizedOperator`). A
+            :class:`~geoattn.train.ResolvedQuadrature` recognises its meshes by their
+            coordinates, so it must wrap this one, not the other way round:
+            :func:`symmetrize` puts the average where it belongs.
         isometries: a group of isometries (such as :func:`~geoattn.mesh.dihedral`); it must be
             closed under composition for the average to be equivariant, which is checked.
 
@@ -78,6 +82,23 @@ class SymmetrizedOperator(torch.nn.Module):
         return out.reshape(k, len(pos), -1).mean(0)
 
 
+def symmetrize(op: torch.nn.Module, isometries: Sequence[Isometry]) -> torch.nn.Module:
+    """``op`` averaged over ``isometries``, sharing its parameters: a :class:`SymmetrizedOperator`
+    around it, or, when ``op`` is (or is a :class:`~geoattn.train.NormalizedOperator` of) a
+    :class:`~geoattn.train.ResolvedQuadrature`, a copy of those wrappers with the average inside
+    the refinement, so that the meshes they were given are still recognised (the images of the
+    refined meshes need no registering). ``op`` itself is not changed."""
+    if isinstance(op, ResolvedQuadrature) or (isinstance(op, NormalizedOperator)
+                                              and isinstance(op.model, ResolvedQuadrature)):
+        attr = "op" if isinstance(op, ResolvedQuadrature) else "model"
+        new = copy.copy(op)
+        new._modules = dict(op._modules)  # the copy's own submodule table: op keeps its model
+        inner = getattr(op, attr)
+        setattr(new, attr, SymmetrizedOperator(inner, isometries) if attr == "op" else symmetrize(inner, isometries))
+        return new
+    return SymmetrizedOperator(op, isometries)
+
+
 def _check_group(isometries: list[Isometry]) -> None:
     """Closed under composition (same centre convention): ``g h`` is one of them for every pair."""
     if not isometries:
@@ -91,4 +112,4 @@ def _check_group(isometries: list[Isometry]) -> None:
                                     "the average would not be equivariant")
 
 
-__all__ = ["SymmetrizedOperator"]
+__all__ = ["SymmetrizedOperator", "symmetrize"]

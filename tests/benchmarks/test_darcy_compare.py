@@ -243,3 +243,54 @@ def test_supersampled_run_refines_the_geoattn_models_meshes_only(dc):
     for bad in (["--supersample", "0"], ["--supersample", "2", "--resolve-quadrature"]):
         with pytest.raises(SystemExit):
             dc.main(["--scale", "tiny", *bad])
+
+
+def test_grid_fno_runs_a_batch_of_mixed_meshes_as_its_graphs_one_by_one(dc):
+    """A batch whose graphs lie on different meshes (the images of one mesh under the square's
+    symmetries) goes through FNO as one grid batch, and equals each graph run alone."""
+    pytest.importorskip("neuralop")
+    from geoattn.mesh import from_meshio
+    from geoattn.mesh.symmetry import transform
+
+    torch.manual_seed(0)
+    fno = dc.GridFNO(1, 1, grid=8, modes=3, width=8, depth=1).eval()
+    base = from_meshio(families.unit_square(5, "irregular", seed=0))
+    base.x = torch.rand(len(base.pos), 1)
+    graphs = [transform(base, g) for g in dc.SYMMETRIES["square"][:3]] + [base]  # meshes a, b, c, a
+    x, pos = torch.cat([g.x for g in graphs]), torch.cat([g.pos for g in graphs])
+    batch = torch.repeat_interleave(torch.arange(4), len(base.pos))
+    with torch.no_grad():
+        together = fno(x, pos, None, batch)
+        alone = torch.cat([fno(g.x, g.pos, None) for g in graphs])
+    torch.testing.assert_close(together, alone, rtol=1e-5, atol=1e-6)
+
+
+def test_symmetries_train_on_every_image_and_score_the_average(dc):
+    """``--symmetries``: the training set is every sample on the eight images of the square's
+    training mesh (checked), and each model is also scored averaged over them, which is invariant
+    under the symmetries; the holed disk, which has none, is refused."""
+    from geoattn.mesh.symmetry import transform
+    from geoattn.train import SymmetrizedOperator
+
+    models = ["mesh_fno", *[p for p in _peers() if p == "neuralop-fno"]]
+    results = dc.main(["--scale", "tiny", "--families", "lognormal", "--models", *models, "--symmetries",
+                       "--supersample", "2", "--reference-targets"])
+    res = results["lognormal"]
+    for name in models:
+        row = res["models"][name]
+        for key in ("test", "test_reference", "test_symmetrized", "test_reference_symmetrized"):
+            assert all(0 < e < 2 for e in row[key].values())
+    op = res["operators"]["mesh_fno"]
+    assert len(op.model.structures) == 4 + 7  # the four test meshes and the seven new images of the training mesh
+    averaged = dc.symmetrize(op, dc.SYMMETRIES["square"])
+    assert isinstance(averaged.model.op, SymmetrizedOperator)
+    sample = dc.darcy_samples({"graded": dc.benchmark_meshes(6)["graded"]}, 1, 0, "lognormal",
+                              start=dc.SCALES["tiny"].n_train)["graded"][0]
+    with torch.no_grad():
+        out = averaged.eval()(sample.x, sample.pos, sample.weight)
+        image = transform(sample, dc.SYMMETRIES["square"][3])
+        op.model.register([image])
+        torch.testing.assert_close(dc.symmetrize(op, dc.SYMMETRIES["square"])(image.x, image.pos, image.weight),
+                                   out, rtol=1e-4, atol=1e-6)
+    with pytest.raises(SystemExit):
+        dc.main(["--scale", "tiny", "--domain", "holes", "--symmetries"])

@@ -10,7 +10,7 @@ from geoattn.errors import SymmetryError
 from geoattn.mesh import dihedral, families, from_meshio
 from geoattn.mesh.symmetry import Isometry, transform
 from geoattn.models import build_model
-from geoattn.train import NormalizedOperator, ResolvedQuadrature, SymmetrizedOperator, training_size
+from geoattn.train import NormalizedOperator, ResolvedQuadrature, SymmetrizedOperator, symmetrize, training_size
 
 SQUARE = dihedral(4, (0.5, 0.5))
 
@@ -75,3 +75,24 @@ def test_a_set_that_is_not_a_group_is_refused():
     with pytest.raises(SymmetryError, match="no isometries"):
         SymmetrizedOperator(_model(), [])
     SymmetrizedOperator(_model(), dihedral(1, (0.0, 0.0), -math.pi / 4))  # the L-shape's pair
+
+
+def test_symmetrize_puts_the_average_inside_the_refinement_and_shares_the_parameters():
+    meshes = [families.unit_square(6, "irregular", seed=0), families.unit_square(6, "graded")]
+    size = training_size(meshes[0]) / 2
+    model, s = _model(), _sample("graded")
+    op = NormalizedOperator(ResolvedQuadrature(model, meshes, size, dtype=torch.float64))
+    op.x_normalizer.fit([(s.x, s.weight)])
+    op.y_normalizer.fit([(s.x ** 2, s.weight)])
+    sym = symmetrize(op, SQUARE)
+    assert isinstance(sym, NormalizedOperator) and isinstance(sym.model, ResolvedQuadrature)
+    assert isinstance(sym.model.op, SymmetrizedOperator) and sym.model.op.op is model
+    assert op.model.op is model  # the original is untouched
+    assert {id(p) for p in sym.parameters()} == {id(p) for p in op.parameters()}
+    assert sym.model.structures is op.model.structures  # the meshes registered once, recognised
+    built = NormalizedOperator(ResolvedQuadrature(SymmetrizedOperator(model, SQUARE), meshes, size,
+                                                  dtype=torch.float64))
+    built.x_normalizer, built.y_normalizer = op.x_normalizer, op.y_normalizer
+    torch.testing.assert_close(sym(s.x, s.pos, s.weight), built(s.x, s.pos, s.weight))
+    assert isinstance(symmetrize(NormalizedOperator(model), SQUARE), SymmetrizedOperator)
+    assert isinstance(symmetrize(model, SQUARE), SymmetrizedOperator)
