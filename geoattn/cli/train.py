@@ -19,6 +19,13 @@ refined to its longest edge / F, the input interpolated linearly and the loss re
 nodes (:class:`~geoattn.train.ResolvedQuadrature`); the checkpoint stores the size, and
 ``geoattn evaluate`` / ``predict`` refine every mesh to it.
 
+``--symmetries N`` trains on every training sample carried by the ``2 N`` symmetries of the
+dihedral group about the training mesh's centroid (:func:`~geoattn.mesh.dihedral`: ``N = 4`` the
+square's eight, ``N = 1`` the identity and the reflection across the line at
+``--symmetry-angle`` degrees), made as they are read (:func:`~geoattn.mesh.augment`, which refuses
+maps that do not carry the mesh's domain onto itself). The problem and the input law must not
+change under them either; that is not checked. The validation samples are not carried.
+
 Every setting is checked before any work: a wrong type or an out-of-range value (``width = 0``,
 ``--lr nan``, ``--val-fraction 1``) raises :class:`~geoattn.errors.ConfigError` naming it. The same
 ``--seed`` gives the same weights. ``--resume`` continues ``OUT/last.pt`` with the model stored in
@@ -38,6 +45,7 @@ from typing import Any
 import torch
 
 from ..errors import CheckpointError, ConfigError, DatasetFileError, UnsupportedCellError
+from ..mesh.symmetry import augment, dihedral
 from ..models import MODELS, build_model
 from ..models.base import RENAMED_ARGUMENTS
 from ..optional import require
@@ -86,6 +94,11 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--supersample", type=float,
                         help="train and evaluate on the meshes refined to the training mesh's longest edge / F "
                              "(a number >= 1; triangle meshes; default 1: the meshes as they are)")
+    parser.add_argument("--symmetries", type=int, metavar="N",
+                        help="also train on every sample carried by the 2N symmetries of the dihedral group about "
+                             "the training mesh's centroid (4: the square's eight; an integer >= 1)")
+    parser.add_argument("--symmetry-angle", type=float, default=0.0, metavar="DEG",
+                        help="angle of the first reflection axis of --symmetries, in degrees (default: 0)")
     parser.add_argument("--unweighted", action="store_true", help="node-average ablation")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     parser.add_argument("--overwrite", action="store_true",
@@ -243,6 +256,9 @@ def run(args: argparse.Namespace) -> int:
         state, name, model_kw = _resumed(last, name, model_kw, args)
     first = dataset[0]
     size = _resolve_size(first, dataset.mesh, supersample, state, last)
+    group = _symmetries(args, first)
+    if group is not None:
+        train = augment(train, group)  # checked against the training mesh now
     torch.manual_seed(train_kw.get("seed", 0))  # before the model: its initial weights follow the seed
     try:
         model = build_model(name, in_channels=first.x.shape[1], out_channels=first.y.shape[1],
@@ -251,6 +267,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"cannot build model {name!r} with {model_kw}: {err}") from err
     if size is not None:
         model = ResolvedQuadrature(model, [first], size)
+        if group is not None:
+            model.register(train[:len(group)])  # the images of the training mesh
     op = NormalizedOperator(model, unweighted=args.unweighted)
     trainer = Trainer(op, out, progress=not args.no_progress, tensorboard=args.tensorboard,
                       workers=args.workers, **train_kw)
@@ -258,9 +276,25 @@ def run(args: argparse.Namespace) -> int:
         _check_resumable(state, last, op, trainer.epochs * math.ceil(len(train) / trainer.batch_size))
     history = trainer.fit(train, val or None, resume=args.resume)
     last_row = history[-1]
-    print(f"trained {name} on {len(train)} samples of mesh {dataset.mesh!r}: "
+    images = "" if group is None else f" ({len(train) // len(group)} samples x {len(group)} symmetries)"
+    print(f"trained {name} on {len(train)} samples{images} of mesh {dataset.mesh!r}: "
           f"train {last_row['train']:.4f}, validation {last_row['val']:.4f}; checkpoints in {out}/")
     return 0
+
+
+def _symmetries(args: argparse.Namespace, first) -> list | None:
+    """The dihedral group of ``--symmetries`` about the weighted centroid of the training mesh
+    (which every symmetry of the domain fixes; the lumped weights integrate affine functions
+    exactly), or ``None``."""
+    if args.symmetries is None:
+        return None
+    check_setting("--symmetries", args.symmetries, int, 1)
+    check_setting("--symmetry-angle", args.symmetry_angle, float)
+    if first.pos.shape[1] != 2:
+        raise ConfigError(f"--symmetries needs a 2-D mesh; the training mesh has {first.pos.shape[1]}-D nodes")
+    w = first.weight.double()[:, None]
+    center = ((w * first.pos.double()).sum(0) / w.sum()).tolist()
+    return dihedral(args.symmetries, center, math.radians(args.symmetry_angle))
 
 
 def _resolve_size(first, mesh: str, supersample: float | None, state: dict | None, last: Path) -> float | None:
@@ -294,5 +328,5 @@ def _check_resumable(state: dict, last: Path, op: NormalizedOperator, total_step
     planned = state["scheduler"].get("total_steps") if isinstance(state["scheduler"], dict) else None
     if planned is not None and planned != total_steps:
         raise ConfigError(f"cannot resume {last}: its run plans {planned} optimiser steps, these "
-                          f"settings {total_steps}; give the epochs, batch size and validation "
-                          "fraction of the run that wrote it")
+                          f"settings {total_steps}; give the epochs, batch size, validation "
+                          "fraction and --symmetries of the run that wrote it")

@@ -226,25 +226,56 @@ def transform(sample, g: Isometry):
     return out
 
 
-def augment(samples: Sequence, isometries: Sequence[Isometry], check: bool = True,
-            tol: float | None = None) -> list:
-    """Every sample on every image of its mesh: ``[transform(s, g) for s in samples for g in isometries]``.
+class SymmetricImages(Sequence):
+    """Every sample on every image of its mesh, made when read: item ``i * len(isometries) + k`` is
+    ``transform(samples[i], isometries[k])``.
 
-    With ``check`` (default), every distinct mesh of ``samples`` is first checked with
-    :func:`check_symmetry` (``tol`` passed on). Give the identity among ``isometries`` to keep the
-    original samples (:func:`dihedral` lists it first).
+    Nothing is copied up front, so a lazily read dataset stays lazy (and ``len(isometries)`` times
+    longer). With ``check`` (default), each mesh is checked with :func:`check_symmetry` (``tol``
+    passed on) the first time one of its samples is read, so a map that does not carry the domain
+    onto itself raises :class:`~geoattn.errors.SymmetryError` before any of its images is used.
+    Slices give lists.
     """
-    isometries = list(isometries)
-    if not isometries:
-        raise SymmetryError("no isometries given")
-    if check:
-        seen = set()
-        for s in samples:
-            key = (tuple(s.pos.shape), s.pos.detach().cpu().numpy().tobytes())
-            if key not in seen:
-                seen.add(key)
-                check_symmetry(s, isometries, tol)
-    return [transform(s, g) for s in samples for g in isometries]
+
+    def __init__(self, samples: Sequence, isometries: Sequence[Isometry], check: bool = True,
+                 tol: float | None = None):
+        self.samples, self.isometries = samples, list(isometries)
+        if not self.isometries:
+            raise SymmetryError("no isometries given")
+        self.check, self.tol = check, tol
+        self._checked: set = set()
+
+    def __len__(self) -> int:
+        return len(self.samples) * len(self.isometries)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError(f"index {index} out of range for {n} images")
+        i, k = divmod(index % n, len(self.isometries))
+        sample = self.samples[i]
+        if self.check:
+            key = (tuple(sample.pos.shape), sample.pos.detach().cpu().numpy().tobytes())
+            if key not in self._checked:
+                check_symmetry(sample, self.isometries, self.tol)
+                self._checked.add(key)
+        return transform(sample, self.isometries[k])
 
 
-__all__ = ["Isometry", "augment", "check_symmetry", "dihedral", "transform"]
+def augment(samples: Sequence, isometries: Sequence[Isometry], check: bool = True,
+            tol: float | None = None) -> SymmetricImages:
+    """Every sample on every image of its mesh, in the order
+    ``[transform(s, g) for s in samples for g in isometries]`` (:class:`SymmetricImages`, made when
+    read). Give the identity among ``isometries`` to keep the original samples (:func:`dihedral`
+    lists it first). With ``check`` (default), the first sample's mesh is checked at once
+    (:func:`check_symmetry`, ``tol`` passed on), every other mesh when first read.
+    """
+    images = SymmetricImages(samples, isometries, check, tol)
+    if check and len(images):
+        _ = images[0]  # the first mesh checked now
+    return images
+
+
+__all__ = ["Isometry", "SymmetricImages", "augment", "check_symmetry", "dihedral", "transform"]

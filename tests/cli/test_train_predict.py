@@ -270,3 +270,38 @@ def test_supersampled_training_round_trips_through_evaluate_and_predict(trained,
     assert "--supersample must be a finite number >= 1" in capsys.readouterr().err
     assert main(run + ["--overwrite", "--supersample", "2", "--unweighted"]) == 2
     assert "--unweighted cannot be combined" in capsys.readouterr().err
+
+
+def test_train_on_the_symmetries_of_the_training_mesh(trained, tmp_path, capsys):
+    """`--symmetries 4` trains on the eight images of each training sample about the mesh's
+    centroid (the square's: (0.5, 0.5)), 8x the optimiser steps per epoch, with --supersample too;
+    a group the mesh does not have is refused in one line, before training."""
+    from geoattn.mesh import dihedral
+    from geoattn.cli.train import _symmetries
+    from geoattn.data.dataset import DarcyDataset
+
+    tmp, data = trained
+    run = ["train", str(data), "--mesh", "train", "--model", "mesh_fno", "--width", "8", "--depth", "1",
+           "--epochs", "1", "--batch-size", "2", "--no-progress", "--val-fraction", "0"]
+    capsys.readouterr()
+    assert main(run + ["--out", str(tmp_path / "sym"), "--symmetries", "4"]) == 0
+    assert "on 48 samples (6 samples x 8 symmetries)" in capsys.readouterr().out
+    from geoattn.train import load_checkpoint
+
+    assert load_checkpoint(tmp_path / "sym" / "last.pt")["scheduler"]["total_steps"] == 48 // 2
+    first = DarcyDataset(data, mesh="train")[0]
+
+    class Args:
+        symmetries, symmetry_angle = 4, 0.0
+
+    group = _symmetries(Args, first)
+    assert [g.center.tolist() for g in group] == [pytest.approx([0.5, 0.5], abs=1e-6)] * 8
+    assert all(np.allclose(g.matrix, h.matrix) for g, h in zip(group, dihedral(4)))
+    assert main(run + ["--out", str(tmp_path / "sym2"), "--symmetries", "4", "--supersample", "2"]) == 0
+    capsys.readouterr()
+    assert main(run + ["--out", str(tmp_path / "bad"), "--symmetries", "3"]) == 2  # not the square's
+    err = capsys.readouterr().err
+    assert "rotation by 120 degrees" in err and "does not map" in err
+    assert not (tmp_path / "bad" / "last.pt").exists()
+    assert main(run + ["--out", str(tmp_path / "bad"), "--symmetries", "0"]) == 2
+    assert "--symmetries must be" in capsys.readouterr().err

@@ -197,3 +197,25 @@ def test_the_coefficient_law_on_the_square_is_invariant():
     xr, yr = rng.uniform([0, 0.5], [1, 1.5], (30, 2)), rng.uniform([0, 0.5], [1, 1.5], (30, 2))
     cr = rect.covariance(xr, yr)
     assert np.abs(rect.covariance(quarter(xr), quarter(yr)) - cr).max() > 0.05 * np.abs(cr).max()
+
+
+def test_images_are_made_when_read_and_each_mesh_checked_when_first_read():
+    class Counting(list):
+        reads = 0
+
+        def __getitem__(self, i):
+            type(self).reads += 1
+            return super().__getitem__(i)
+
+    square = from_meshio(families.unit_square(4, "irregular", seed=0))
+    lshape = from_meshio(families.l_shape(3))
+    samples = Counting([square, square, lshape])
+    images = augment(samples, SQUARE)
+    assert len(images) == 24 and Counting.reads == 1  # only the first sample read, to check its mesh
+    torch.testing.assert_close(images[9].pos, SQUARE[1](square.pos))
+    assert [torch.equal(a.pos, b.pos) for a, b in zip(images[8:16], images[0:8])] == [True] * 8
+    with pytest.raises(IndexError):
+        images[24]
+    with pytest.raises(SymmetryError, match="rotation by 90"):  # the L-shape is not a square
+        images[-1]
+    torch.testing.assert_close(augment(samples[:2], SQUARE)[-1].pos, SQUARE[7](square.pos))
