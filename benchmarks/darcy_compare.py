@@ -563,8 +563,9 @@ def budget_epochs(op: NormalizedOperator, train: list, scale: Scale, seed: int =
     the whole budget or more, else at least two and up to ten until they add up to 5 % of the
     budget, timed by the median of all but the first one (which also pays one-time costs such as
     neighbour graphs and interpolation matrices). With ``scale.clock == "cpu"`` the epochs are
-    timed by the process's CPU time, which other work on a shared machine does not stretch (with
-    one thread it is the wall time of an idle machine). The weights are then put back to their
+    timed by the process's CPU time from the first optimiser step on (the sample checks and the
+    normaliser fits of each probe are not an epoch's work), which other work on a shared machine
+    stretches less than the wall time (with one thread it is the wall time of an idle machine). The weights are then put back to their
     initial values."""
     tensors = [*op.parameters(), *op.buffers()]  # not state_dict: neuralop adds non-tensor entries
     initial = [t.detach().clone() for t in tensors]
@@ -572,9 +573,12 @@ def budget_epochs(op: NormalizedOperator, train: list, scale: Scale, seed: int =
     while not seconds or (seconds[0] < scale.seconds and len(seconds) < 10
                           and (len(seconds) < 2 or sum(seconds) < scale.seconds / 20)):
         probe = Trainer(op, epochs=1, batch_size=scale.batch_size, lr=scale.lr, seed=seed, progress=False)
-        cpu = time.process_time()
-        wall = probe.fit(train)[-1]["seconds"]
-        seconds.append(time.process_time() - cpu if scale.clock == "cpu" else wall)
+        first: list[float] = []  # CPU time at the first optimiser step: after the checks and normaliser fits
+        wall = probe.fit(train, on_step=lambda epoch, step: first or first.append(time.process_time()))[-1]["seconds"]
+        steps = -(-len(train) // scale.batch_size)
+        # the first step's batch and forward pass come before the mark: count them as an average step
+        cpu = (time.process_time() - first[0]) * steps / max(1, steps - 1) if steps > 1 else wall
+        seconds.append(cpu if scale.clock == "cpu" else wall)
     with torch.no_grad():
         for t, t0 in zip(tensors, initial):
             t.copy_(t0)

@@ -141,6 +141,30 @@ def test_budget_probe_puts_the_initial_weights_back(dc):
     assert all(torch.equal(a, b) for a, b in zip(before, op.parameters()))
 
 
+def test_cpu_clock_budget_times_the_epochs_not_the_checks(dc, monkeypatch):
+    """``--clock cpu``: the probe times the process's CPU time from the first optimiser step on,
+    so slow sample checks before it (here 0.2 s of CPU time per probe, several epochs' worth) do
+    not shrink the budget."""
+    import time
+
+    import geoattn.train.trainer as trainer
+
+    train = dc.darcy_samples({"train": dc.benchmark_meshes(6)["train"]}, 4, 0, "piecewise")["train"]
+    op = dc.NormalizedOperator(dc.model_factories(dc.SCALES["tiny"], ["tno"])["tno"]())
+    scale = dc.replace(dc.SCALES["tiny"], seconds=20.0, clock="cpu")
+    fast = dc.budget_epochs(op, train, scale)
+    validate = trainer.validate_samples
+
+    def slow(*args, **kwargs):
+        end = time.process_time() + 0.2
+        while time.process_time() < end:
+            pass
+        return validate(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "validate_samples", slow)
+    assert dc.budget_epochs(op, train, scale) > 0.5 * fast, fast
+
+
 def test_tiny_run_on_the_disk_with_holes(dc):
     models = ["tno", "mesh_fno", *_peers()]
     results = dc.main(["--scale", "tiny", "--families", "piecewise", "--domain", "holes",
