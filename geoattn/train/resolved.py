@@ -39,6 +39,7 @@ from ..errors import MeshMismatchError, UnsupportedCellError
 from ..mesh.cache import fingerprint
 from ..mesh.io import from_meshio, to_meshio
 from ..mesh.refinement import longest_edges, refine_to
+from .wrapper import WrappedOperator
 
 
 def training_size(mesh: meshio.Mesh) -> float:
@@ -54,7 +55,7 @@ def _key(pos: torch.Tensor) -> tuple:
     return fingerprint(pos.detach().to("cpu", torch.float64))
 
 
-class ResolvedQuadrature(torch.nn.Module):
+class ResolvedQuadrature(WrappedOperator):
     """A trained operator evaluated on meshes refined to a largest edge, read at their own nodes.
 
     Args:
@@ -109,26 +110,6 @@ class ResolvedQuadrature(torch.nn.Module):
             matrix = torch.sparse_coo_tensor(np.stack([coo.row, coo.col]), coo.data, coo.shape, dtype=self.dtype,
                                              check_invariants=True).coalesce()
             self.structures[_key(pos)] = (matrix, fine.pos, fine.weight, fine.cells)
-
-    @property
-    def _model(self) -> torch.nn.Module:
-        return getattr(self.op, "model", self.op)  # a NormalizedOperator's model, or the model
-
-    @property
-    def in_channels(self) -> int:
-        return self._model.in_channels
-
-    @property
-    def out_channels(self) -> int:
-        return self._model.out_channels
-
-    @property
-    def dim(self) -> int:
-        return self._model.dim
-
-    def check_inputs(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor | None = None) -> None:
-        """The model's checks of the coarse inputs (channels, dimension, dtype)."""
-        self._model.check_inputs(x, pos, weight)
 
     def fit_mesh(self, pos: torch.Tensor, weight: torch.Tensor, cells: torch.Tensor | None = None) -> None:
         """Fit the model's mesh-dependent state (a patched model's partition) on the refined

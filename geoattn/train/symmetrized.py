@@ -27,9 +27,10 @@ from ..errors import SymmetryError
 from ..mesh.symmetry import Isometry
 from .operator import NormalizedOperator
 from .resolved import ResolvedQuadrature
+from .wrapper import WrappedOperator
 
 
-class SymmetrizedOperator(torch.nn.Module):
+class SymmetrizedOperator(WrappedOperator):
     """The mean of ``op`` over the images of each sample's mesh under ``isometries``.
 
     Args:
@@ -50,25 +51,6 @@ class SymmetrizedOperator(torch.nn.Module):
         self.op = op
         self.isometries = list(isometries)
         _check_group(self.isometries)
-
-    @property
-    def _model(self) -> torch.nn.Module:
-        return getattr(self.op, "model", self.op)
-
-    @property
-    def in_channels(self) -> int:
-        return self._model.in_channels
-
-    @property
-    def out_channels(self) -> int:
-        return self._model.out_channels
-
-    @property
-    def dim(self) -> int:
-        return self._model.dim
-
-    def check_inputs(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor | None = None) -> None:
-        self._model.check_inputs(x, pos, weight)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
                 batch: torch.Tensor | None = None) -> torch.Tensor:
