@@ -287,6 +287,8 @@ def _symmetries(args: argparse.Namespace, first) -> list | None:
     (which every symmetry of the domain fixes; the lumped weights integrate affine functions
     exactly), or ``None``."""
     if args.symmetries is None:
+        if args.symmetry_angle != 0.0:
+            raise ConfigError("--symmetry-angle without --symmetries: give the group's order too")
         return None
     check_setting("--symmetries", args.symmetries, int, 1)
     check_setting("--symmetry-angle", args.symmetry_angle, float)

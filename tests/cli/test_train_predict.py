@@ -305,3 +305,5 @@ def test_train_on_the_symmetries_of_the_training_mesh(trained, tmp_path, capsys)
     assert not (tmp_path / "bad" / "last.pt").exists()
     assert main(run + ["--out", str(tmp_path / "bad"), "--symmetries", "0"]) == 2
     assert "--symmetries must be" in capsys.readouterr().err
+    assert main(run + ["--out", str(tmp_path / "bad"), "--symmetry-angle", "45"]) == 2
+    assert "--symmetry-angle without --symmetries" in capsys.readouterr().err
