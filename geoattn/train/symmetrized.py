@@ -61,7 +61,7 @@ class SymmetrizedOperator(WrappedOperator):
         poss = torch.cat([g(pos) for g in self.isometries])
         batches = torch.cat([batch + i * groups for i in range(k)])
         out = self.op(x.repeat(k, 1), poss, weight.repeat(k), batches)  # [k * N, C]
-        return out.reshape(k, len(pos), -1).mean(0)
+        return out.reshape(k, len(pos), -1).mean(0)  # quadrature-ok: over the group's images, per node
 
 
 def symmetrize(op: torch.nn.Module, isometries: Sequence[Isometry]) -> torch.nn.Module:
