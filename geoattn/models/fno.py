@@ -67,8 +67,9 @@ class MeshFNO(NeuralOperator, name="mesh_fno"):
                 batch: torch.Tensor | None = None) -> torch.Tensor:
         self.check_inputs(x, pos)
         h = self.lift(self.inputs(x, pos))
+        basis = self.spectral[0].basis(pos, weight, batch)  # the nodes' Fourier basis, for every block
         for k, (spectral, linear) in enumerate(zip(self.spectral, self.linears)):
-            h = linear(h) + spectral(h, pos, weight, batch)
+            h = linear(h) + spectral(h, pos, weight, batch, basis=basis)
             if k < len(self.linears) - 1:
                 h = F.gelu(h)
         return self.project(h)

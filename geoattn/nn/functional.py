@@ -233,6 +233,10 @@ def weighted_gram(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor,
     order, counts = _segments(batch, a.shape[0], num_graphs)
     if order is not None:
         wa, b = wa[order], b[order]
+    if len(set(counts)) == 1:  # graphs of one size: one batched product
+        g, n = len(counts), counts[0]
+        return torch.einsum("gn...i,gn...j->g...ij", wa.reshape(g, n, *wa.shape[1:]),
+                            b.reshape(g, n, *b.shape[1:]))
     grams = [torch.einsum("n...i,n...j->...ij", wa_g, b_g)
              for wa_g, b_g in zip(wa.split(counts), b.split(counts))]
     return torch.stack(grams)  # (B, *, Ca, Cb)
@@ -254,8 +258,12 @@ def segment_matmul(q: torch.Tensor, s: torch.Tensor,
         return torch.einsum("n...i,...ij->n...j", q, s)
     order, counts = _segments(batch, q.shape[0], s.shape[0])
     q_sorted = q if order is None else q[order]
-    out = torch.cat([torch.einsum("n...i,...ij->n...j", q_g, s_g)
-                     for q_g, s_g in zip(q_sorted.split(counts), s)])  # (N, *, Cb), sorted order
+    if len(set(counts)) == 1:  # graphs of one size: one batched product
+        q_graphs = q_sorted.reshape(len(counts), counts[0], *q.shape[1:])
+        out = torch.einsum("gn...i,g...ij->gn...j", q_graphs, s).flatten(0, 1)
+    else:
+        out = torch.cat([torch.einsum("n...i,...ij->n...j", q_g, s_g)
+                         for q_g, s_g in zip(q_sorted.split(counts), s)])  # (N, *, Cb), sorted order
     if order is None:
         return out
     return torch.empty_like(out).index_copy_(0, order, out)

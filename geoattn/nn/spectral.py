@@ -41,10 +41,12 @@ __all__ = [
     "ModeLinear",
     "NUFFT_MIN_WORK",
     "PatchSpectralIntegral",
+    "SpectralBasis",
     "SpectralIntegral",
     "SpectralSmoothing",
     "bounding_box",
     "box_frame",
+    "dense_basis",
     "fourier_coefficients",
     "fourier_evaluate",
     "fourier_modes",
@@ -190,6 +192,48 @@ def _cos_sin(xi: torch.Tensor, modes: torch.Tensor) -> torch.Tensor:
     return torch.cat([angle.cos(), angle.sin()], dim=-1)  # (N, 2M)
 
 
+def _zero_index(modes: torch.Tensor) -> int | None:
+    """Index of the mode 0 when ``modes`` is in a symmetric order (``-m`` at the mirrored place of
+    every ``m``, as :func:`fourier_modes` gives), else ``None``."""
+    m = len(modes)
+    if m % 2 == 0 or not torch.equal(modes.flip(0), -modes):
+        return None
+    return m // 2
+
+
+def dense_basis(xi: torch.Tensor, modes: torch.Tensor) -> torch.Tensor:
+    r"""The real Fourier basis of the dense transforms at the reference coordinates ``xi``.
+
+    For modes in the symmetric order of :func:`fourier_modes` (``M`` odd, mode 0 in the middle),
+    real values need only the mode 0 and the half :math:`H` of the modes after it, since
+    :math:`\hat u(-m) = \overline{\hat u(m)}`: the basis is
+    :math:`[\cos(2\pi m \cdot \xi)_{m \in \{0\} \cup H}, \sin(2\pi m \cdot \xi)_{m \in H}]`,
+    ``[N, M]``, half the work of all cosines and sines. Other mode sets get all of them,
+    ``[N, 2M]``. Compute it once to share between transforms of the same points and modes
+    (the ``basis`` of :func:`fourier_coefficients` and :func:`fourier_evaluate`).
+
+    Args:
+        xi: reference coordinates ``[N, d]`` (:attr:`FourierFrame.xi`).
+        modes: integer modes ``[M, d]``.
+    """
+    zero = _zero_index(modes)
+    if zero is None:
+        return _cos_sin(xi, modes)
+    angle = 2.0 * math.pi * (xi @ modes[zero:].to(xi.dtype).t())  # (N, M_h): modes 0 and H
+    return torch.cat([angle.cos(), angle[:, 1:].sin()], dim=-1)  # (N, M)
+
+
+def _checked_basis(basis: torch.Tensor | None, xi: torch.Tensor, modes: torch.Tensor,
+                   dtype: torch.dtype) -> torch.Tensor:
+    if basis is None:
+        return dense_basis(xi.to(dtype), modes)
+    width = len(modes) if _zero_index(modes) is not None else 2 * len(modes)
+    if basis.shape != (len(xi), width):
+        raise ValueError(f"basis has shape {tuple(basis.shape)}, the frame and modes need "
+                         f"{(len(xi), width)}: make it with dense_basis(frame.xi, modes)")
+    return basis.to(dtype)
+
+
 #: ``backend="auto"`` uses finufft when a segment holds on average at least this many node-mode
 #: products :math:`N_s M` (measured by ``benchmarks/spectral.py``, see the benchmarks page).
 NUFFT_MIN_WORK = 2_000_000
@@ -242,14 +286,17 @@ def _periodic_points(xi: torch.Tensor) -> torch.Tensor:
 
 
 def fourier_coefficients(x: torch.Tensor, weight: torch.Tensor, frame: FourierFrame,
-                         modes: torch.Tensor, backend: str = "auto") -> torch.Tensor:
+                         modes: torch.Tensor, backend: str = "auto",
+                         basis: torch.Tensor | None = None) -> torch.Tensor:
     r"""Quadrature of the Fourier coefficients of every segment, ``[S, M, C]`` complex.
 
     .. math::
         \hat u_s(m) = \frac{1}{|B_s|} \sum_{i \in s} w_i\, u_i\, e^{-2\pi i\, m \cdot \xi_i}
 
     The dense backend computes it in real arithmetic (cosine and sine parts) with one weighted
-    Gram matrix per segment, :math:`O(N M C)`. The finufft backend computes one type-1 NUFFT per
+    Gram matrix per segment, :math:`O(N M C)`; for the symmetric mode order of
+    :func:`fourier_modes` it transforms the mode 0 and the half of the modes after it, and
+    takes the others from :math:`\hat u_s(-m) = \overline{\hat u_s(m)}` (``x`` is real). The finufft backend computes one type-1 NUFFT per
     segment (:func:`geoattn.nn.nufft.nufft_type1`, the ``C`` channels as ``n_trans``),
     :math:`O(C (N + M \log M))`, to about ``1e-6`` relative in float32 and ``1e-12`` in float64.
 
@@ -262,14 +309,21 @@ def fourier_coefficients(x: torch.Tensor, weight: torch.Tensor, frame: FourierFr
             a full :func:`fourier_modes` box) or ``"auto"`` (default: finufft when installed, on
             CPU tensors, without gradients in the positions, and with at least
             :data:`NUFFT_MIN_WORK` node-mode products per segment; dense otherwise).
+        basis: :func:`dense_basis` of ``frame.xi`` and ``modes``, to reuse one computed for
+            other transforms of the same nodes (default ``None``: computed here when the dense
+            backend runs).
     """
     if _uses_nufft(backend, frame, modes):
         return _nufft_coefficients(x, weight, frame, modes)
-    m = len(modes)
-    trig = _cos_sin(frame.xi.to(x.dtype), modes)  # (N, 2M)
-    gram = weighted_gram(trig, x, weight, frame.segment, frame.num_segments)  # (S, 2M, C)
+    m, zero = len(modes), _zero_index(modes)
+    trig = _checked_basis(basis, frame.xi, modes, x.dtype)  # (N, M) or (N, 2M)
+    gram = weighted_gram(trig, x, weight, frame.segment, frame.num_segments)  # (S, M | 2M, C)
     gram = gram / frame.volume.to(gram.dtype).view(-1, 1, 1)
-    return torch.complex(gram[:, :m], -gram[:, m:])  # (S, M, C)
+    if zero is None:
+        return torch.complex(gram[:, :m], -gram[:, m:])  # (S, M, C)
+    cos, sin = gram[:, :zero + 1], gram[:, zero + 1:]  # modes 0 and H; modes H
+    half = torch.complex(cos, -torch.cat([torch.zeros_like(cos[:, :1]), sin], dim=1))
+    return torch.cat([half[:, 1:].flip(1).conj(), half], dim=1)  # (S, M, C): u(-m) = conj u(m)
 
 
 def _nufft_coefficients(x, weight, frame, modes):
@@ -285,25 +339,36 @@ def _nufft_coefficients(x, weight, frame, modes):
 
 
 def fourier_evaluate(coeff: torch.Tensor, frame: FourierFrame, modes: torch.Tensor,
-                     backend: str = "auto") -> torch.Tensor:
+                     backend: str = "auto", basis: torch.Tensor | None = None) -> torch.Tensor:
     r"""Evaluate the truncated series :math:`\mathrm{Re} \sum_m \hat u_s(m) e^{2\pi i m \cdot \xi}`.
 
     Dense (:math:`O(N M C)`) or, with finufft, one type-2 NUFFT per segment
-    (:func:`geoattn.nn.nufft.nufft_type2`); ``backend`` as in :func:`fourier_coefficients`.
+    (:func:`geoattn.nn.nufft.nufft_type2`); ``backend`` as in :func:`fourier_coefficients`. For
+    the symmetric mode order of :func:`fourier_modes` the dense backend sums over the mode 0 and
+    the half :math:`H` of the modes after it, with the exact identity
+    :math:`\mathrm{Re} \sum_m c(m) e_m = \mathrm{Re}\, c(0)
+    + \sum_{m \in H} \mathrm{Re}\big[(c(m) + \overline{c(-m)})\, e_m\big]` (any ``coeff``).
 
     Args:
         coeff: coefficients ``[S, M, C]`` (complex).
         frame: the :class:`FourierFrame` of the evaluation points (segment of each point).
         modes: integer modes ``[M, d]``.
         backend: ``"auto"`` (default), ``"dense"`` or ``"finufft"``.
+        basis: :func:`dense_basis` of ``frame.xi`` and ``modes`` (default ``None``: computed
+            here when the dense backend runs).
 
     Returns:
         real values ``[N, C]``.
     """
     if _uses_nufft(backend, frame, modes):
         return _nufft_evaluate(coeff, frame, modes)
-    trig = _cos_sin(frame.xi.to(coeff.real.dtype), modes)  # (N, 2M)
-    stacked = torch.cat([coeff.real, -coeff.imag], dim=1)  # (S, 2M, C): Re(c e) = c_r cos - c_i sin
+    zero = _zero_index(modes)
+    trig = _checked_basis(basis, frame.xi, modes, coeff.real.dtype)  # (N, M) or (N, 2M)
+    if zero is None:
+        stacked = torch.cat([coeff.real, -coeff.imag], dim=1)  # (S, 2M, C): Re(c e) = c_r cos - c_i sin
+    else:
+        pair = coeff[:, zero + 1:] + coeff[:, :zero].flip(1).conj()  # c(m) + conj c(-m), m in H
+        stacked = torch.cat([coeff[:, zero:zero + 1].real, pair.real, -pair.imag], dim=1)  # (S, M, C)
     return segment_matmul(trig, stacked, frame.segment)
 
 
@@ -364,6 +429,24 @@ class ModeLinear(nn.Module):
         return f"{self.in_channels}, {self.out_channels}, num_modes={self.num_modes}"
 
 
+class SpectralBasis(NamedTuple):
+    """The part of a :class:`SpectralIntegral` that depends on the nodes alone
+    (:meth:`SpectralIntegral.basis`).
+
+    Fields: ``frame`` (:class:`FourierFrame` of the nodes), ``box`` (corners ``(lo, hi)`` of the
+    padded box of each graph, ``[B, d]`` each), ``side`` (the unpadded box sides ``[B, d]``),
+    ``trig`` (the :func:`dense_basis` of the frame, ``None`` when finufft runs), ``modes`` and
+    ``padding`` (of the layer that made it).
+    """
+
+    frame: FourierFrame
+    box: tuple[torch.Tensor, torch.Tensor]
+    side: torch.Tensor
+    trig: torch.Tensor | None
+    modes: torch.Tensor
+    padding: float
+
+
 class SpectralIntegral(nn.Module):
     r"""Fourier integral operator on point clouds, evaluable at any output points.
 
@@ -400,7 +483,9 @@ class SpectralIntegral(nn.Module):
     Shapes:
         - **input:** ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional),
           and the output points ``pos_query [Nq, d]`` and ``batch_query [Nq]`` (optional keywords;
-          default: the input nodes).
+          default: the input nodes); ``basis``, the :class:`SpectralBasis` of ``pos``, ``weight``
+          and ``batch`` from :meth:`basis` of this layer or one with the same modes and padding
+          (optional keyword: computed when not given).
         - **output:** ``[Nq, C_out]``.
     """
 
@@ -424,26 +509,47 @@ class SpectralIntegral(nn.Module):
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
                 batch: torch.Tensor | None = None, *, pos_query: torch.Tensor | None = None,
-                batch_query: torch.Tensor | None = None) -> torch.Tensor:
+                batch_query: torch.Tensor | None = None,
+                basis: SpectralBasis | None = None) -> torch.Tensor:
         if pos.shape[-1] != self.dim:
             raise ValueError(f"pos has dimension {pos.shape[-1]}, the layer was built for dim={self.dim}")
         if pos_query is None and batch_query is not None:
             raise ValueError("batch_query without pos_query: pass the output points too")
         if pos_query is not None and (batch is None) != (batch_query is None):
             raise ValueError("give both batch and batch_query, or neither")
-        b = count_graphs(batch)
+        b = count_graphs(batch) if basis is None else basis.frame.num_segments
         if batch_query is not None and count_graphs(batch_query) > b:
             raise ValueError(f"batch_query names {count_graphs(batch_query)} graphs, the input has {b}")
+        if basis is None:
+            basis = self.basis(pos, weight, batch)
+        elif basis.modes is not self.mode_index and not (
+                torch.equal(basis.modes, self.mode_index) and basis.padding == self.padding):
+            raise ValueError("basis was made by a layer with other modes or padding: make it with "
+                             "this layer's basis()")
+        frame = basis.frame
+        coeff = fourier_coefficients(x, weight, frame, self.mode_index, self.backend, basis.trig)
+        coeff = self.multiply(coeff, basis.side)
+        trig = basis.trig
+        if pos_query is not None:
+            frame, trig = box_frame(pos_query, batch_query, b, box=basis.box), None
+        return fourier_evaluate(coeff, frame, self.mode_index, self.backend, trig)
+
+    def basis(self, pos: torch.Tensor, weight: torch.Tensor,
+              batch: torch.Tensor | None = None) -> "SpectralBasis":
+        """What the layer computes from the nodes alone: their frame in the padded box of each
+        graph and, when the dense backend runs, their :func:`dense_basis`. Layers with the same
+        modes and padding (the blocks of :class:`~geoattn.models.MeshFNO`) share one, passed as
+        ``basis`` to :meth:`forward`; the result is the same as without it."""
+        b = count_graphs(batch)
         if batch is None:
             batch = torch.zeros(len(pos), dtype=torch.long, device=pos.device)
         lo, hi = bounding_box(pos, batch, b, weight)
-        hi = lo + (1.0 + self.padding) * (hi - lo)
-        frame = box_frame(pos, batch, b, box=(lo, hi))
-        coeff = fourier_coefficients(x, weight, frame, self.mode_index, self.backend)
-        coeff = self.multiply(coeff, hi - lo)
-        if pos_query is not None:
-            frame = box_frame(pos_query, batch_query, b, box=(lo, hi))
-        return fourier_evaluate(coeff, frame, self.mode_index, self.backend)
+        side = hi - lo
+        box = (lo, lo + (1.0 + self.padding) * side)
+        frame = box_frame(pos, batch, b, box=box)
+        dense = not _uses_nufft(self.backend, frame, self.mode_index)
+        trig = dense_basis(frame.xi, self.mode_index) if dense else None
+        return SpectralBasis(frame, box, side, trig, self.mode_index, self.padding)
 
     def extra_repr(self) -> str:
         pad = f", padding={self.padding}" if self.padding else ""

@@ -11,6 +11,10 @@ from geoattn.nn.functional import (dense_batch, graph_slices, log_weight_bias, n
 SORTED = torch.tensor([0, 0, 0, 2, 2, 3, 3, 3, 3, 3])  # graph 1 has no nodes
 UNSORTED = torch.tensor([1, 0, 3, 1, 0, 0, 2, 3, 1, 0])
 EMPTY = torch.zeros(0, dtype=torch.long)
+EQUAL = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3, 4, 4])  # graphs of one size: one batched product
+EQUAL_UNSORTED = torch.tensor([3, 0, 4, 1, 0, 2, 4, 3, 1, 2])
+BATCHES = [None, SORTED, UNSORTED, EQUAL, EQUAL_UNSORTED]
+BATCH_IDS = ["none", "sorted", "unsorted", "equal", "equal-unsorted"]
 
 
 def test_num_graphs_is_max_plus_one_and_one_for_none_or_empty():
@@ -133,7 +137,7 @@ def _explicit_gram(a, b, w, batch, count):
     return out
 
 
-@pytest.mark.parametrize("batch", [None, SORTED, UNSORTED], ids=["none", "sorted", "unsorted"])
+@pytest.mark.parametrize("batch", BATCHES, ids=BATCH_IDS)
 def test_weighted_gram_is_the_sum_of_weighted_outer_products(batch):
     a = torch.randn(10, 3, 4, dtype=torch.float64)
     b = torch.randn(10, 3, 5, dtype=torch.float64)
@@ -143,9 +147,10 @@ def test_weighted_gram_is_the_sum_of_weighted_outer_products(batch):
         torch.testing.assert_close(gram, _explicit_gram(a, b, w, None, 1)[0])
         torch.testing.assert_close(gram, integrate(a[..., :, None] * b[..., None, :], w))
         return
+    count = int(batch.max()) + 1
     gram = weighted_gram(a, b, w, batch)
-    torch.testing.assert_close(gram, _explicit_gram(a, b, w, batch, 4))
-    torch.testing.assert_close(gram, integrate(a[..., :, None] * b[..., None, :], w, batch, 4))
+    torch.testing.assert_close(gram, _explicit_gram(a, b, w, batch, count))
+    torch.testing.assert_close(gram, integrate(a[..., :, None] * b[..., None, :], w, batch, count))
     if batch is SORTED:
         assert torch.all(gram[1] == 0)  # the graph without nodes
     # trailing graphs without nodes
@@ -159,7 +164,7 @@ def test_weighted_gram_of_an_empty_batch_is_one_zero_matrix():
     assert weighted_gram(a, b, torch.zeros(0), EMPTY, 3).shape == (3, 2, 3, 4)
 
 
-@pytest.mark.parametrize("batch", [None, SORTED, UNSORTED], ids=["none", "sorted", "unsorted"])
+@pytest.mark.parametrize("batch", BATCHES, ids=BATCH_IDS)
 def test_segment_matmul_multiplies_each_node_by_its_graphs_matrix(batch):
     q = torch.randn(10, 3, 4, dtype=torch.float64)
     s = torch.randn(*(() if batch is None else (5,)), 3, 4, 2, dtype=torch.float64)

@@ -5,8 +5,8 @@ import torch
 
 from geoattn.mesh import families, from_meshio, partition
 from geoattn.nn.spectral import (PatchSpectralIntegral, SpectralIntegral, SpectralSmoothing,
-                                 box_frame, fourier_coefficients, fourier_evaluate, fourier_modes,
-                                 patch_frame, resolved_modes)
+                                 box_frame, dense_basis, fourier_coefficients, fourier_evaluate,
+                                 fourier_modes, patch_frame, resolved_modes)
 from geoattn.testing import (assert_batch_independent, assert_convergence_rate,
                              assert_duplication_invariant, assert_padding_invariant,
                              assert_permutation_equivariant, refinement_samples)
@@ -56,6 +56,60 @@ def _slow_spectral(layer, x, pos, w, pos_query):
         for n in range(len(pos_query)):
             out[n] += (coeff @ r[mi] * torch.exp(2j * math.pi * torch.dot(m, (pos_query[n] - lo) / side))).real
     return out
+
+
+def _exponentials(xi, modes):
+    """e^{2 pi i m . xi} [N, M], complex128."""
+    return torch.exp(2j * math.pi * (xi.double() @ modes.double().t()))
+
+
+@pytest.mark.parametrize("order", ["symmetric", "shuffled"])
+def test_dense_transforms_equal_the_sums_over_every_mode(order):
+    # the symmetric order transforms the mode 0 and half of the others (u(-m) = conj u(m) for
+    # real u); any other order sums over all modes: both are the complex sums over every mode
+    torch.manual_seed(0)
+    modes = fourier_modes((2, 3), 2)
+    if order == "shuffled":
+        modes = modes[torch.randperm(len(modes))]
+    pos, w = torch.rand(40, 2, dtype=torch.float64), torch.rand(40, dtype=torch.float64)
+    x = torch.randn(40, 3, dtype=torch.float64)
+    batch = torch.tensor([0] * 25 + [1] * 15)
+    frame = box_frame(pos, batch)
+    e = _exponentials(frame.xi, modes)  # (N, M)
+    coeff = fourier_coefficients(x, w, frame, modes, "dense")
+    for g in range(2):
+        nodes = batch == g
+        expected = (e[nodes].conj().t() @ (w[nodes, None] * x[nodes]).to(e.dtype)) / frame.volume[g]
+        torch.testing.assert_close(coeff[g], expected, atol=1e-13, rtol=0)
+    # any coefficients, not only those of a real function: Re sum_m c(m) e_m
+    c = torch.randn(2, len(modes), 3, dtype=torch.complex128)
+    out = fourier_evaluate(c, frame, modes, "dense")
+    expected = torch.einsum("nm,nmc->nc", e, c[batch]).real
+    torch.testing.assert_close(out, expected, atol=1e-13, rtol=0)
+    # a basis computed once gives the same transforms; one of another shape is refused
+    basis = dense_basis(frame.xi, modes)
+    assert basis.shape == (40, len(modes) if order == "symmetric" else 2 * len(modes))
+    assert torch.equal(fourier_coefficients(x, w, frame, modes, "dense", basis), coeff)
+    assert torch.equal(fourier_evaluate(c, frame, modes, "dense", basis), out)
+    with pytest.raises(ValueError, match="dense_basis"):
+        fourier_evaluate(c, frame, modes, "dense", basis[:, :-1])
+
+
+def test_layers_share_a_basis_of_the_same_modes_and_padding():
+    torch.manual_seed(0)
+    first, second = SpectralIntegral(2, 3, 2, 2, padding=0.5), SpectralIntegral(2, 3, 2, 2, padding=0.5)
+    pos, w, x = torch.rand(30, 2), torch.rand(30), torch.randn(30, 2)
+    batch = torch.tensor([0] * 10 + [1] * 20)
+    basis = first.basis(pos, w, batch)
+    assert torch.equal(second(x, pos, w, batch, basis=basis), second(x, pos, w, batch))
+    query = torch.rand(5, 2)
+    torch.testing.assert_close(second(x, pos, w, batch, basis=basis, pos_query=query,
+                                      batch_query=torch.tensor([0, 0, 1, 1, 1])),
+                               second(x, pos, w, batch, pos_query=query,
+                                      batch_query=torch.tensor([0, 0, 1, 1, 1])))
+    for other in (SpectralIntegral(2, 3, 2, 2, padding=0.25), SpectralIntegral(2, 3, 1, 2, padding=0.5)):
+        with pytest.raises(ValueError, match="other modes or padding"):
+            other(x, pos, w, batch, basis=basis)
 
 
 def test_spectral_integral_equals_direct_sum_and_any_output_points():
