@@ -6,9 +6,16 @@ One graph of ``N`` random nodes in the unit square, ``--channels`` channels in a
 (log-linear interpolation of the time ratio between the measured sizes), and the speed-up at
 the largest size timed with both. Dense is skipped above ``--dense-max`` nodes.
 
+With ``--model-step`` it times instead a training step of ``mesh_fno`` on the shape of the CPU
+race of ``darcy_compare.py`` (``--graphs`` copies of ``unit_square(--mesh-n, "irregular")``,
+width 32, depth 3, ``--modes`` per dimension): process CPU time per step of the forward and
+backward pass, and of the AdamW update, torch's default implementation and the fused one that
+:class:`geoattn.train.Trainer` uses (mean of ``--repeat`` steps after five warm-up steps).
+
 Usage::
 
     python benchmarks/spectral.py [--nodes 1000 3000 10000 30000 100000 1000000] [--threads 2]
+    python benchmarks/spectral.py --model-step [--mesh-n 24 --graphs 4 --modes 3 --repeat 100]
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import time
 
 import torch
 from timing import best_time
@@ -34,6 +42,42 @@ def _times(layer, x, pos, weight, repeat):
     return forward, best_time(step, CPU, repeat)
 
 
+def _cpu_ms(fn, repeat: int) -> float:
+    """Mean process CPU time of ``fn`` in milliseconds, after five untimed calls."""
+    for _ in range(5):
+        fn()
+    start = time.process_time()
+    for _ in range(repeat):
+        fn()
+    return (time.process_time() - start) / repeat * 1e3
+
+
+def model_step(mesh_n: int, graphs: int, modes: int, repeat: int) -> dict:
+    """CPU milliseconds of a ``mesh_fno`` training step on ``graphs`` copies of one mesh."""
+    from geoattn.mesh import families, from_meshio
+    from geoattn.models import build_model
+
+    torch.manual_seed(0)
+    data = from_meshio(families.unit_square(mesh_n, "irregular"))
+    n = data.pos.shape[0]
+    pos, weight = data.pos.repeat(graphs, 1), data.weight.repeat(graphs)
+    batch = torch.arange(graphs).repeat_interleave(n)
+    x, y = torch.randn(len(pos), 1), torch.randn(len(pos), 1)
+    model = build_model("mesh_fno", in_channels=1, out_channels=1, width=32, depth=3, modes=modes)
+
+    def backward():
+        model.zero_grad()
+        ((model(x, pos, weight, batch) - y).square() * weight[:, None]).sum().backward()
+
+    report = {"nodes": n, "graphs": graphs, "modes": modes,
+              "forward_backward_ms": _cpu_ms(backward, repeat)}
+    for name, fused in (("adamw_default_ms", None), ("adamw_fused_ms", True)):
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=fused)
+        report[name] = _cpu_ms(optimizer.step, repeat)
+    print(json.dumps(report, indent=2))
+    return report
+
+
 def crossover(nodes: list[int], ratio: list[float]) -> float | None:
     """First ``N`` where the dense / finufft time ratio reaches 1 (log-linear between sizes)."""
     for (n0, r0), (n1, r1) in zip(zip(nodes, ratio), zip(nodes[1:], ratio[1:])):
@@ -49,11 +93,20 @@ def main(argv: list[str] | None = None) -> dict:
                         default=[1000, 3000, 10_000, 30_000, 100_000, 1_000_000])
     parser.add_argument("--dense-max", type=int, default=100_000)
     parser.add_argument("--channels", type=int, default=32)
-    parser.add_argument("--modes", type=int, default=8)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--modes", type=int, default=None,
+                        help="modes per dimension (default 8; 3 with --model-step)")
+    parser.add_argument("--repeat", type=int, default=None,
+                        help="timed runs (default 3; 100 steps with --model-step)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--model-step", action="store_true",
+                        help="time a mesh_fno training step instead (see the module's docstring)")
+    parser.add_argument("--mesh-n", type=int, default=24)
+    parser.add_argument("--graphs", type=int, default=4)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.model_step:
+        return model_step(args.mesh_n, args.graphs, args.modes or 3, args.repeat or 100)
+    args.modes, args.repeat = args.modes or 8, args.repeat or 3
     gen = torch.Generator().manual_seed(0)
     layers = {b: SpectralIntegral(args.channels, args.channels, args.modes, 2, backend=b)
               for b in ("dense", "finufft")}

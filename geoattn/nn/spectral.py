@@ -39,6 +39,7 @@ __all__ = [
     "BACKENDS",
     "FourierFrame",
     "ModeLinear",
+    "NUFFT_MIN_MODES",
     "NUFFT_MIN_WORK",
     "PatchSpectralIntegral",
     "SpectralBasis",
@@ -234,9 +235,16 @@ def _checked_basis(basis: torch.Tensor | None, xi: torch.Tensor, modes: torch.Te
     return basis.to(dtype)
 
 
-#: ``backend="auto"`` uses finufft when a segment holds on average at least this many node-mode
-#: products :math:`N_s M` (measured by ``benchmarks/spectral.py``, see the benchmarks page).
-NUFFT_MIN_WORK = 2_000_000
+#: finufft's cost per node in a training step (forward and backward), in dense modes: the dense
+#: transforms cost about :math:`N M` and finufft's about :math:`N` times this, whatever ``M``
+#: (measured by ``benchmarks/spectral.py``, see the benchmarks page).
+NUFFT_MIN_MODES = 450
+
+#: finufft's fixed cost per segment, in node-mode products: ``backend="auto"`` uses finufft when
+#: :math:`(M - \text{NUFFT_MIN_MODES})\, N_s \ge \text{NUFFT_MIN_WORK}` for the average node
+#: count :math:`N_s` of a segment (e.g. 16 modes per dimension in 2-D, ``M = 1089``, from about
+#: 1 600 nodes; never for ``M <= 450``).
+NUFFT_MIN_WORK = 1_000_000
 
 #: The values of ``backend``: finufft when it pays (``"auto"``), always, or never.
 BACKENDS = ("auto", "dense", "finufft")
@@ -257,7 +265,7 @@ def _uses_nufft(backend: str, frame: FourierFrame, modes: torch.Tensor) -> bool:
             raise ValueError("backend='finufft' needs the full mode box of fourier_modes(K, dim)")
         nufft.finufft()  # raises, naming the extra, when finufft is missing
         return True
-    work = len(frame.xi) * len(modes)
+    work = len(frame.xi) * (len(modes) - NUFFT_MIN_MODES)
     return (frame.xi.device.type == "cpu" and not frame.xi.requires_grad
             and work >= NUFFT_MIN_WORK * frame.num_segments and nufft.available()
             and _is_mode_box(modes))
@@ -307,8 +315,9 @@ def fourier_coefficients(x: torch.Tensor, weight: torch.Tensor, frame: FourierFr
         modes: integer modes ``[M, d]`` from :func:`fourier_modes`.
         backend: ``"dense"``, ``"finufft"`` (error if it is not installed, or if ``modes`` is not
             a full :func:`fourier_modes` box) or ``"auto"`` (default: finufft when installed, on
-            CPU tensors, without gradients in the positions, and with at least
-            :data:`NUFFT_MIN_WORK` node-mode products per segment; dense otherwise).
+            CPU tensors, without gradients in the positions, and with enough modes and nodes
+            per segment to pay, :data:`NUFFT_MIN_MODES` and :data:`NUFFT_MIN_WORK`; dense
+            otherwise).
         basis: :func:`dense_basis` of ``frame.xi`` and ``modes``, to reuse one computed for
             other transforms of the same nodes (default ``None``: computed here when the dense
             backend runs).

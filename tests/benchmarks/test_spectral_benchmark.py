@@ -36,3 +36,10 @@ def test_tiny_run_reports_both_backends(bench, capsys):
     assert [r["nodes"] for r in report["rows"]] == [200, 400]
     assert all(r["finufft_step_s"] > 0 and r["dense_step_s"] > 0 for r in report["rows"])
     assert "speedup_forward_at_400" in report and "crossover_nodes_step" in capsys.readouterr().out
+
+
+def test_model_step_times_backward_and_both_optimizers(bench):
+    report = bench.main(["--model-step", "--mesh-n", "4", "--graphs", "2", "--modes", "1",
+                         "--repeat", "1", "--threads", "1"])
+    assert report["nodes"] == 25 and report["graphs"] == 2 and report["modes"] == 1
+    assert all(report[k] > 0 for k in ("forward_backward_ms", "adamw_default_ms", "adamw_fused_ms"))

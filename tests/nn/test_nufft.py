@@ -113,6 +113,9 @@ def test_auto_follows_the_threshold(finufft, monkeypatch):
     dense = fourier_coefficients(x, weight, frame, m, backend="dense")
     assert torch.equal(fourier_coefficients(x, weight, frame, m), dense)  # small: dense, exactly
     monkeypatch.setattr(spectral, "NUFFT_MIN_WORK", 1)
+    monkeypatch.setattr(spectral, "NUFFT_MIN_MODES", len(m))  # no more modes than it: dense
+    assert torch.equal(fourier_coefficients(x, weight, frame, m), dense)
+    monkeypatch.setattr(spectral, "NUFFT_MIN_MODES", len(m) - 1)
     auto = fourier_coefficients(x, weight, frame, m)
     assert not torch.equal(auto, dense) and rel(auto, dense) < 1e-10
     # positions that need gradients stay dense
@@ -144,6 +147,7 @@ def test_missing_finufft_names_the_extra(monkeypatch):
 def test_auto_without_finufft_is_dense(monkeypatch):
     monkeypatch.setitem(sys.modules, "finufft", None)
     monkeypatch.setattr(spectral, "NUFFT_MIN_WORK", 1)
+    monkeypatch.setattr(spectral, "NUFFT_MIN_MODES", 0)
     x, pos, weight, batch = _sample(2, torch.float64)
     frame, m = box_frame(pos, batch), fourier_modes(2, 2)
     assert torch.equal(fourier_coefficients(x, weight, frame, m),
