@@ -27,3 +27,9 @@ def load_script():
     for name in names:
         sys.modules.pop(name, None)
     sys.path.remove(str(FOLDER))
+
+
+@pytest.fixture(scope="module")
+def script(request, load_script):
+    """The script of ``benchmarks/`` that the test module names in its ``SCRIPT``."""
+    return load_script(request.module.SCRIPT)

@@ -6,13 +6,11 @@ import numpy as np
 import pytest
 
 
-@pytest.fixture
-def bench(load_script):
-    return load_script("darcy_calvello")
+SCRIPT = "darcy_calvello"  # the ``script`` fixture (conftest.py)
 
 
-def test_boundary_refined_mesh_keeps_the_square_and_grades_by_the_stated_ratio(bench):
-    mesh = bench.boundary_refined(20, 0.6)
+def test_boundary_refined_mesh_keeps_the_square_and_grades_by_the_stated_ratio(script):
+    mesh = script.boundary_refined(20, 0.6)
     p = mesh.points[:, :2]
     assert p.min() == 0.0 and p.max() == 1.0
     x = np.unique(p[:, 0])
@@ -22,10 +20,10 @@ def test_boundary_refined_mesh_keeps_the_square_and_grades_by_the_stated_ratio(b
     assert steps.sum() == pytest.approx(1.0)
 
 
-def test_targets_are_the_reference_solution_on_every_mesh(bench):
-    scale = bench.SCALES["tiny"]
-    meshes = bench.benchmark_meshes(scale.grid)
-    values = bench.solutions(scale, meshes, seed=0)
+def test_targets_are_the_reference_solution_on_every_mesh(script):
+    scale = script.SCALES["tiny"]
+    meshes = script.benchmark_meshes(scale.grid)
+    values = script.solutions(scale, meshes, seed=0)
     # the training grid's nodes are reference nodes (12 = 2 x 6): the interpolated target is the
     # reference solution there, and the lumped-weight integral of 1 is the area on every mesh
     from geoattn.data.calvello import calvello_coefficient
@@ -38,14 +36,14 @@ def test_targets_are_the_reference_solution_on_every_mesh(bench):
     grid = meshes["grid"].points[:, :2]
     index = [ref_nodes[tuple(np.round(q, 12))] for q in grid]
     np.testing.assert_allclose(values["grid"]["y"][1].numpy(), u[index], rtol=1e-10, atol=1e-14)
-    samples = bench.samples(meshes, values, slice(0, 2))
+    samples = script.samples(meshes, values, slice(0, 2))
     for name, data in samples.items():
         assert math.isclose(float(data[0].weight.sum()), 1.0, rel_tol=1e-6), name
         assert float(data[1].x.min()) > 0  # lognormal
 
 
-def test_tiny_run(bench, tmp_path, capsys):
-    results = bench.main(["--scale", "tiny", "--device", "cpu", "--out", str(tmp_path),
+def test_tiny_run(script, tmp_path, capsys):
+    results = script.main(["--scale", "tiny", "--device", "cpu", "--out", str(tmp_path),
                           "--figure", str(tmp_path / "d.png")])
     out = capsys.readouterr().out
     assert "| tno | quadrature |" in out and "| P1 solve on the mesh |" in out and "1.19e-02" in out

@@ -8,20 +8,18 @@ from geoattn.mesh import families
 from geoattn.train import relative_l2
 
 
-@pytest.fixture(scope="module")
-def dc(load_script):
-    return load_script("darcy_compare")
+SCRIPT = "darcy_compare"  # the ``script`` fixture (conftest.py)
 
 
-def test_mesh_grid_interpolation_is_exact_for_linear_functions(dc):
+def test_mesh_grid_interpolation_is_exact_for_linear_functions(script):
     # Piecewise-linear (mesh -> grid) and bilinear (grid -> mesh) interpolation reproduce
     # affine functions exactly, and their rows are partitions of unity.
     mesh = families.unit_square(7, "irregular", seed=3)
     pos = mesh.points[:, :2]
-    grid = dc._grid(torch.as_tensor(pos), 9)
+    grid = script._grid(torch.as_tensor(pos), 9)
     f = lambda p: 0.3 + 2.0 * p[:, 0] - 1.5 * p[:, 1]  # noqa: E731
-    to_grid = dc.mesh_to_grid(pos, grid).tocsr()
-    to_mesh = dc.grid_to_mesh(pos, grid.min(0), grid.max(0), 9).tocsr()
+    to_grid = script.mesh_to_grid(pos, grid).tocsr()
+    to_mesh = script.grid_to_mesh(pos, grid.min(0), grid.max(0), 9).tocsr()
     np.testing.assert_allclose(to_grid @ f(pos), f(grid), atol=1e-12)
     np.testing.assert_allclose(to_mesh @ f(grid), f(pos), atol=1e-12)
     np.testing.assert_allclose(to_grid.sum(1).A[:, 0], 1.0, atol=1e-12)
@@ -29,37 +27,37 @@ def test_mesh_grid_interpolation_is_exact_for_linear_functions(dc):
     np.testing.assert_allclose(to_mesh @ (grid[:, 0] * grid[:, 1]), pos[:, 0] * pos[:, 1], atol=1e-12)
 
 
-def test_flat_batch_is_grouped_by_mesh(dc):
+def test_flat_batch_is_grouped_by_mesh(script):
     pos_a, pos_b = torch.rand(5, 2), torch.rand(3, 2)
     pos = torch.cat([pos_a, pos_a, pos_b])
     x = torch.arange(13.0)[:, None]
     batch = torch.tensor([0] * 5 + [1] * 5 + [2] * 3)
-    groups = dc._graphs(x, pos, batch)
+    groups = script._graphs(x, pos, batch)
     assert [g[0].shape for g in groups] == [(2, 5, 1), (1, 3, 1)]
     assert torch.equal(groups[0][0][1, :, 0], torch.arange(5.0, 10.0))
 
 
-def test_segment_reduce_equals_neuralop_loop(dc):
+def test_segment_reduce_equals_neuralop_loop(script):
     pytest.importorskip("neuralop")
     from neuralop.layers.segment_csr import segment_csr
 
     src = torch.randn(3, 10, 4)
     ptr = torch.tensor([0, 2, 2, 7, 10])  # includes an empty neighbourhood
     for reduction in ("sum", "mean"):
-        torch.testing.assert_close(dc.segment_reduce(src, ptr[None].repeat(3, 1), reduction),
+        torch.testing.assert_close(script.segment_reduce(src, ptr[None].repeat(3, 1), reduction),
                                    segment_csr(src, ptr[None].repeat(3, 1), reduction, False))
-        torch.testing.assert_close(dc.segment_reduce(src[0], ptr, reduction),
+        torch.testing.assert_close(script.segment_reduce(src[0], ptr, reduction),
                                    segment_csr(src[0], ptr, reduction, False))
 
 
-def test_tiny_run_scores_every_model_on_every_mesh(dc, tmp_path):
+def test_tiny_run_scores_every_model_on_every_mesh(script, tmp_path):
     models = ["tno"]
     try:
         import neuralop  # noqa: F401
         models += ["neuralop-gino", "neuralop-fno"]
     except ImportError:
         pass
-    results = dc.main(["--scale", "tiny", "--families", "piecewise", "--models", *models,
+    results = script.main(["--scale", "tiny", "--families", "piecewise", "--models", *models,
                        "--out", str(tmp_path)])
     res = results["piecewise"]
     assert list(res["nodes"]) == ["train", "refined", "graded", "foreign"]
@@ -70,8 +68,8 @@ def test_tiny_run_scores_every_model_on_every_mesh(dc, tmp_path):
         assert all(0 < e < 2 for e in row["test"].values())
     # the reported score is the weighted relative L2 error of the prediction on each mesh
     for name, op in res["operators"].items():
-        sample = dc.darcy_samples({"graded": dc.benchmark_meshes(6)["graded"]}, 1, 0, "piecewise",
-                                  start=dc.SCALES["tiny"].n_train)["graded"][0]
+        sample = script.darcy_samples({"graded": script.benchmark_meshes(6)["graded"]}, 1, 0, "piecewise",
+                                  start=script.SCALES["tiny"].n_train)["graded"][0]
         with torch.no_grad():
             pred = op.eval()(sample.x, sample.pos, sample.weight)
         expected = relative_l2(pred, sample.y, sample.weight)
@@ -79,7 +77,7 @@ def test_tiny_run_scores_every_model_on_every_mesh(dc, tmp_path):
     assert (tmp_path / "table.md").read_text().count("| tno |") == 1
     assert (tmp_path / "darcy_compare_mesh.png").stat().st_size > 0
     assert (tmp_path / "darcy_compare_time.png").stat().st_size > 0
-    merged = dc.main(["--combine", str(tmp_path / "results.json"), "--out", str(tmp_path / "merged")])
+    merged = script.main(["--combine", str(tmp_path / "results.json"), "--out", str(tmp_path / "merged")])
     assert merged["piecewise"]["models"]["tno"]["test"] == pytest.approx(res["models"]["tno"]["test"])
     assert (tmp_path / "merged" / "table.md").read_text() == (tmp_path / "table.md").read_text()
 
@@ -94,35 +92,35 @@ def _peers():
 
 
 @pytest.mark.parametrize("domain", ["lshape", "holes"])
-def test_domain_meshes_cover_the_same_domain(dc, domain):
+def test_domain_meshes_cover_the_same_domain(script, domain):
     from geoattn.mesh import from_meshio
 
-    meshes = dc.benchmark_meshes(4, domain)
+    meshes = script.benchmark_meshes(4, domain)
     assert len(meshes) >= 3 and "train" in meshes and "refined" in meshes
     areas = [float(from_meshio(m).weight.sum()) for m in meshes.values()]
     np.testing.assert_allclose(areas, areas[0], rtol=1e-6)  # boundary nodes never move
     pos = {k: m.points[:, :2] for k, m in meshes.items()}
-    assert all(dc.inside(domain, p).all() for p in pos.values())
+    assert all(script.inside(domain, p).all() for p in pos.values())
     other = [k for k in meshes if k not in ("train", "refined")][0]
     assert len(pos[other]) != len(pos["train"]) or not np.allclose(pos[other], pos["train"])
 
 
-def test_grid_values_outside_the_domain_are_zero(dc):
+def test_grid_values_outside_the_domain_are_zero(script):
     # L-shape: the grid points in the removed quadrant get no value from the mesh, the others
     # the piecewise-linear interpolant (exact for an affine function), and the mask says which.
-    pos = dc.benchmark_meshes(4, "lshape")["train"].points[:, :2]
-    to_grid, _, mask = dc.grid_operators(pos, 9, "lshape")
-    grid = dc._grid(torch.as_tensor(pos), 9)
+    pos = script.benchmark_meshes(4, "lshape")["train"].points[:, :2]
+    to_grid, _, mask = script.grid_operators(pos, 9, "lshape")
+    grid = script._grid(torch.as_tensor(pos), 9)
     assert mask.sum() == 9 * 9 - 4 * 4  # the open quadrant holds 4 x 4 of the 9 x 9 points
     f = lambda p: 0.3 + 2.0 * p[:, 0] - 1.5 * p[:, 1]  # noqa: E731
     values = to_grid.tocsr() @ f(pos)
     np.testing.assert_allclose(values[mask], f(grid[mask]), atol=1e-12)
     assert np.all(values[~mask] == 0)
-    assert dc.grid_operators(pos, 9)[2] is None  # no domain, no mask
+    assert script.grid_operators(pos, 9)[2] is None  # no domain, no mask
 
 
-def test_wall_clock_budget_run(dc, tmp_path):
-    results = dc.main(["--scale", "tiny", "--families", "piecewise", "--models", "tno", "slice",
+def test_wall_clock_budget_run(script, tmp_path):
+    results = script.main(["--scale", "tiny", "--families", "piecewise", "--models", "tno", "slice",
                        "--seconds", "2", "--out", str(tmp_path)])
     rows = results["piecewise"]["models"]
     assert set(rows) == {"tno", "slice"}
@@ -132,16 +130,16 @@ def test_wall_clock_budget_run(dc, tmp_path):
     assert "| slice |" in (tmp_path / "table.md").read_text()
 
 
-def test_budget_probe_puts_the_initial_weights_back(dc):
-    scale = dc.replace(dc.SCALES["tiny"], seconds=0.5)
-    train = dc.darcy_samples({"train": dc.benchmark_meshes(6)["train"]}, 2, 0, "piecewise")["train"]
-    op = dc.NormalizedOperator(dc.model_factories(scale, ["tno"])["tno"]())
+def test_budget_probe_puts_the_initial_weights_back(script):
+    scale = script.replace(script.SCALES["tiny"], seconds=0.5)
+    train = script.darcy_samples({"train": script.benchmark_meshes(6)["train"]}, 2, 0, "piecewise")["train"]
+    op = script.NormalizedOperator(script.model_factories(scale, ["tno"])["tno"]())
     before = [t.detach().clone() for t in op.parameters()]
-    assert dc.budget_epochs(op, train, scale) >= 1
+    assert script.budget_epochs(op, train, scale) >= 1
     assert all(torch.equal(a, b) for a, b in zip(before, op.parameters()))
 
 
-def test_cpu_clock_budget_times_the_epochs_not_the_checks(dc, monkeypatch):
+def test_cpu_clock_budget_times_the_epochs_not_the_checks(script, monkeypatch):
     """``--clock cpu``: the probe times the process's CPU time from the first optimiser step on,
     so slow sample checks before it (here 0.2 s of CPU time per probe, several epochs' worth) do
     not shrink the budget."""
@@ -149,9 +147,9 @@ def test_cpu_clock_budget_times_the_epochs_not_the_checks(dc, monkeypatch):
 
     import geoattn.train.trainer as trainer
 
-    train = dc.darcy_samples({"train": dc.benchmark_meshes(6)["train"]}, 4, 0, "piecewise")["train"]
-    op = dc.NormalizedOperator(dc.model_factories(dc.SCALES["tiny"], ["tno"])["tno"]())
-    scale = dc.replace(dc.SCALES["tiny"], seconds=20.0, clock="cpu")
+    train = script.darcy_samples({"train": script.benchmark_meshes(6)["train"]}, 4, 0, "piecewise")["train"]
+    op = script.NormalizedOperator(script.model_factories(script.SCALES["tiny"], ["tno"])["tno"]())
+    scale = script.replace(script.SCALES["tiny"], seconds=20.0, clock="cpu")
     validate = trainer.validate_samples
 
     def slow(*args, **kwargs):
@@ -166,14 +164,14 @@ def test_cpu_clock_budget_times_the_epochs_not_the_checks(dc, monkeypatch):
     try:
         # counting the checks, every probe epoch would take over 0.2 s: at most 20 / 0.2 = 100
         # epochs; a tiny epoch itself takes about 0.01 s of CPU time
-        assert dc.budget_epochs(op, train, scale) > 150
+        assert script.budget_epochs(op, train, scale) > 150
     finally:
         torch.set_num_threads(threads)
 
 
-def test_tiny_run_on_the_disk_with_holes(dc):
+def test_tiny_run_on_the_disk_with_holes(script):
     models = ["tno", "mesh_fno", *_peers()]
-    results = dc.main(["--scale", "tiny", "--families", "piecewise", "--domain", "holes",
+    results = script.main(["--scale", "tiny", "--families", "piecewise", "--domain", "holes",
                        "--models", *models])
     res = results["piecewise"]
     assert list(res["nodes"]) == ["train", "refined", "perturbed"]
@@ -182,28 +180,28 @@ def test_tiny_run_on_the_disk_with_holes(dc):
         assert all(0 < e < 2 for e in row["test"].values())
 
 
-def test_fem_floor_falls_under_refinement(dc):
+def test_fem_floor_falls_under_refinement(script):
     """The targets' own discretisation error: positive on every mesh, and on the refined
     training mesh (h/2) at most about a quarter of the training mesh's, as P1 elements converge
     at second order in L2 (a loose 0.5 here, the coefficient being rough)."""
-    floor = dc.fem_floor(dc.SCALES["tiny"], "lognormal")
+    floor = script.fem_floor(script.SCALES["tiny"], "lognormal")
     assert set(floor) == {"train", "refined", "graded", "foreign"}
     assert all(0 < v < 0.5 for v in floor.values())
     assert floor["refined"] < 0.5 * floor["train"]
 
 
-def test_reference_targets_are_the_fine_solution_on_every_mesh(dc):
+def test_reference_targets_are_the_fine_solution_on_every_mesh(script):
     """On the twice-refined training mesh itself the reference targets are that mesh's own
     solutions (interpolation at the same nodes); on a coarser mesh they are its nodal values,
     so they differ from the coarse mesh's own solutions by the FEM floor. Inputs are untouched."""
     from geoattn.data.darcy import darcy_samples
 
-    scale = dc.SCALES["tiny"]
-    base = dc.benchmark_meshes(scale.mesh_n)
+    scale = script.SCALES["tiny"]
+    base = script.benchmark_meshes(scale.mesh_n)
     meshes = {"train": base["train"], "twice": families.refine(base["train"], 2)}
-    field = dc.coefficient_field(base)
+    field = script.coefficient_field(base)
     own = darcy_samples(meshes, scale.n_test, 0, "lognormal", field, start=scale.n_train)
-    ref = dc.reference_targets(meshes, scale, "lognormal", field)
+    ref = script.reference_targets(meshes, scale, "lognormal", field)
     for d, r in zip(own["twice"], ref["twice"]):
         torch.testing.assert_close(r.y, d.y, rtol=1e-6, atol=1e-7)
     for d, r in zip(own["train"], ref["train"]):
@@ -234,12 +232,12 @@ def test_torchvision_failures_are_told_apart(load_script):
     assert not pt._torchvision_failed(ModuleNotFoundError("No module named 'warp'", name="warp"))
 
 
-def test_transolver_joins_the_race_when_physicsnemo_is_installed(dc):
+def test_transolver_joins_the_race_when_physicsnemo_is_installed(script):
     """PhysicsNeMo's Transolver, when importable, is a model of the race and runs on a flat batch
     of two meshes like the other adapters; without PhysicsNeMo it is left out with a warning."""
     from physicsnemo_transolver import load_transolver
 
-    factories = dc.model_factories(dc.SCALES["tiny"])
+    factories = script.model_factories(script.SCALES["tiny"])
     if load_transolver() is None:
         assert "physicsnemo-transolver" not in factories
         pytest.skip("NVIDIA PhysicsNeMo is not installed")
@@ -253,29 +251,29 @@ def test_transolver_joins_the_race_when_physicsnemo_is_installed(dc):
     torch.testing.assert_close(out[12:], alone)
 
 
-def test_supersampled_run_refines_the_geoattn_models_meshes_only(dc):
+def test_supersampled_run_refines_the_geoattn_models_meshes_only(script):
     """``--supersample 2``: geoattn's models train and are scored through ResolvedQuadrature at
     half the training mesh's edge (mesh_fno with the modes of the refined mesh), the peers on the
     nodes; combined with ``--resolve-quadrature`` or below 1 it is refused."""
     from geoattn.eval import ResolvedQuadrature
 
-    assert dc.mesh_fno_modes(6) == 1 and dc.mesh_fno_modes(6, supersample=2) == 2
+    assert script.mesh_fno_modes(6) == 1 and script.mesh_fno_modes(6, supersample=2) == 2
     models = ["mesh_fno", *[p for p in _peers() if p == "neuralop-fno"]]
-    results = dc.main(["--scale", "tiny", "--families", "lognormal", "--models", *models, "--supersample", "2",
+    results = script.main(["--scale", "tiny", "--families", "lognormal", "--models", *models, "--supersample", "2",
                        "--modes", "4"])  # grid FNO modes 4: mesh_fno at most 2
     ops = results["lognormal"]["operators"]
     assert isinstance(ops["mesh_fno"].model, ResolvedQuadrature)
     assert ops["mesh_fno"].model.op.hparams["modes"] == 2
     fine = {len(fine_pos) for _, fine_pos, _, _ in ops["mesh_fno"].model.structures.values()}
-    assert len(families.refine(dc.benchmark_meshes(6)["train"], 1).points) in fine
+    assert len(families.refine(script.benchmark_meshes(6)["train"], 1).points) in fine
     if "neuralop-fno" in ops:
         assert not isinstance(ops["neuralop-fno"].model, ResolvedQuadrature)
     for bad in (["--supersample", "0"], ["--supersample", "2", "--resolve-quadrature"]):
         with pytest.raises(SystemExit):
-            dc.main(["--scale", "tiny", *bad])
+            script.main(["--scale", "tiny", *bad])
 
 
-def test_grid_fno_runs_a_batch_of_mixed_meshes_as_its_graphs_one_by_one(dc):
+def test_grid_fno_runs_a_batch_of_mixed_meshes_as_its_graphs_one_by_one(script):
     """A batch whose graphs lie on different meshes (the images of one mesh under the square's
     symmetries) goes through FNO as one grid batch, and equals each graph run alone."""
     pytest.importorskip("neuralop")
@@ -283,10 +281,10 @@ def test_grid_fno_runs_a_batch_of_mixed_meshes_as_its_graphs_one_by_one(dc):
     from geoattn.mesh.symmetry import transform
 
     torch.manual_seed(0)
-    fno = dc.GridFNO(1, 1, grid=8, modes=3, width=8, depth=1).eval()
+    fno = script.GridFNO(1, 1, grid=8, modes=3, width=8, depth=1).eval()
     base = from_meshio(families.unit_square(5, "irregular", seed=0))
     base.x = torch.rand(len(base.pos), 1)
-    graphs = [transform(base, g) for g in dc.SYMMETRIES["square"][:3]] + [base]  # meshes a, b, c, a
+    graphs = [transform(base, g) for g in script.SYMMETRIES["square"][:3]] + [base]  # meshes a, b, c, a
     x, pos = torch.cat([g.x for g in graphs]), torch.cat([g.pos for g in graphs])
     batch = torch.repeat_interleave(torch.arange(4), len(base.pos))
     with torch.no_grad():
@@ -295,7 +293,7 @@ def test_grid_fno_runs_a_batch_of_mixed_meshes_as_its_graphs_one_by_one(dc):
     torch.testing.assert_close(together, alone, rtol=1e-5, atol=1e-6)
 
 
-def test_symmetries_train_on_every_image_and_score_the_average(dc):
+def test_symmetries_train_on_every_image_and_score_the_average(script):
     """``--symmetries``: the training set is every sample on the eight images of the square's
     training mesh (checked), and each model is also scored averaged over them, which is invariant
     under the symmetries; the holed disk, which has none, is refused."""
@@ -303,7 +301,7 @@ def test_symmetries_train_on_every_image_and_score_the_average(dc):
     from geoattn.train import SymmetrizedOperator
 
     models = ["mesh_fno", *[p for p in _peers() if p == "neuralop-fno"]]
-    results = dc.main(["--scale", "tiny", "--families", "lognormal", "--models", *models, "--symmetries",
+    results = script.main(["--scale", "tiny", "--families", "lognormal", "--models", *models, "--symmetries",
                        "--supersample", "2", "--reference-targets"])
     res = results["lognormal"]
     for name in models:
@@ -312,15 +310,15 @@ def test_symmetries_train_on_every_image_and_score_the_average(dc):
             assert all(0 < e < 2 for e in row[key].values())
     op = res["operators"]["mesh_fno"]
     assert len(op.model.structures) == 4 + 7  # the four test meshes and the seven new images of the training mesh
-    averaged = dc.symmetrize(op, dc.SYMMETRIES["square"])
+    averaged = script.symmetrize(op, script.SYMMETRIES["square"])
     assert isinstance(averaged.model.op, SymmetrizedOperator)
-    sample = dc.darcy_samples({"graded": dc.benchmark_meshes(6)["graded"]}, 1, 0, "lognormal",
-                              start=dc.SCALES["tiny"].n_train)["graded"][0]
+    sample = script.darcy_samples({"graded": script.benchmark_meshes(6)["graded"]}, 1, 0, "lognormal",
+                              start=script.SCALES["tiny"].n_train)["graded"][0]
     with torch.no_grad():
         out = averaged.eval()(sample.x, sample.pos, sample.weight)
-        image = transform(sample, dc.SYMMETRIES["square"][3])
+        image = transform(sample, script.SYMMETRIES["square"][3])
         op.model.register([image])
-        torch.testing.assert_close(dc.symmetrize(op, dc.SYMMETRIES["square"])(image.x, image.pos, image.weight),
+        torch.testing.assert_close(script.symmetrize(op, script.SYMMETRIES["square"])(image.x, image.pos, image.weight),
                                    out, rtol=1e-4, atol=1e-6)
     with pytest.raises(SystemExit):
-        dc.main(["--scale", "tiny", "--domain", "holes", "--symmetries"])
+        script.main(["--scale", "tiny", "--domain", "holes", "--symmetries"])

@@ -4,18 +4,16 @@ import numpy as np
 import pytest
 
 
-@pytest.fixture(scope="module")
-def df(load_script):
-    return load_script("darcy_floor")
+SCRIPT = "darcy_floor"  # the ``script`` fixture (conftest.py)
 
 
 @pytest.fixture(scope="module")
-def tiny(df, tmp_path_factory):
+def tiny(script, tmp_path_factory):
     out = tmp_path_factory.mktemp("floor")
-    return df.main(["--scale", "tiny", "--draws", "6", "--burn", "20", "--thin", "5", "--out", str(out)]), out
+    return script.main(["--scale", "tiny", "--draws", "6", "--burn", "20", "--thin", "5", "--out", str(out)]), out
 
 
-def test_correction_recovers_the_error_of_the_exact_mean(df):
+def test_correction_recovers_the_error_of_the_exact_mean(script):
     """Draws and truth from one law N(mu, s^2 I): the corrected error of the mean of M draws has,
     in mean square, the error of mu itself (without the correction it is (1 + 1/M) times larger)."""
     rng = np.random.default_rng(0)
@@ -26,25 +24,25 @@ def test_correction_recovers_the_error_of_the_exact_mean(df):
         truth = mu + 0.1 * rng.standard_normal(n)
         draws = mu + 0.1 * rng.standard_normal((m, n))
         norm = (weight * truth**2).sum()
-        got.append(df.corrected_errors(draws, truth, weight) ** 2)
+        got.append(script.corrected_errors(draws, truth, weight) ** 2)
         exact.append((weight * (mu - truth) ** 2).sum() / norm)
         raw.append((weight * (draws.mean(0) - truth) ** 2).sum() / norm)
     se = np.std(got) / np.sqrt(trials)
     assert abs(np.mean(got) - np.mean(exact)) < 4 * se
     assert np.mean(raw) / np.mean(exact) == pytest.approx(1 + 1 / m, rel=0.05)
     # the spread of the draws estimates the same mean square without the truth
-    spread = [df.spread_errors(mu + 0.1 * rng.standard_normal((m, n)), mu + 0.1 * rng.standard_normal(n),
+    spread = [script.spread_errors(mu + 0.1 * rng.standard_normal((m, n)), mu + 0.1 * rng.standard_normal(n),
                                weight) ** 2 for _ in range(trials)]
     assert abs(np.mean(spread) - np.mean(exact)) < 4 * np.std(spread) / np.sqrt(trials) + 4 * se
 
 
-def test_lag_one_correlation_tells_independent_draws_from_a_slow_chain(df):
+def test_lag_one_correlation_tells_independent_draws_from_a_slow_chain(script):
     rng = np.random.default_rng(0)
     independent = rng.standard_normal((400, 30))
     walk = np.cumsum(rng.standard_normal((400, 30)), axis=0)
     walk[:, 0] = 1.0  # a node without spread (a boundary node) is left out
-    assert abs(df.lag_one_correlation(independent)) < 0.1
-    assert df.lag_one_correlation(walk) > 0.9
+    assert abs(script.lag_one_correlation(independent)) < 0.1
+    assert script.lag_one_correlation(walk) > 0.9
 
 
 def test_floors_order_as_the_information(tiny):
@@ -61,8 +59,8 @@ def test_floors_order_as_the_information(tiny):
     assert (out / "floors.md").exists() and (out / "floors.json").exists()
 
 
-def test_signs_tell_less_than_values(df):
-    dc = df.dc
+def test_signs_tell_less_than_values(script):
+    dc = script.dc
     scale = dc.SCALES["tiny"]
     meshes = dc.benchmark_meshes(scale.mesh_n)
     field = dc.coefficient_field(meshes)
@@ -72,7 +70,7 @@ def test_signs_tell_less_than_values(df):
     far = np.random.default_rng(1).uniform(0, 1, (200, 2))
     spread = {}
     for family in ("lognormal", "piecewise"):
-        draws = df.conditional_draws(field, family, truth, nodes, rng, 16, burn=50, thin=10)
+        draws = script.conditional_draws(field, family, truth, nodes, rng, 16, burn=50, thin=10)
         spread[family] = np.mean(np.std([d(far) for d in draws], axis=0))
         if family == "lognormal":  # the values: every draw takes them at the nodes
             for d in draws:
@@ -85,8 +83,8 @@ def test_signs_tell_less_than_values(df):
     assert spread["lognormal"] < spread["piecewise"] < 0.8 * prior, (spread, prior)
 
 
-def test_bad_arguments_are_refused(df):
+def test_bad_arguments_are_refused(script):
     with pytest.raises(SystemExit):
-        df.main(["--draws", "1"])
+        script.main(["--draws", "1"])
     with pytest.raises(ValueError, match="unknown family"):
-        df.conditional_draws(None, "smooth", None, None, None, 2, 1, 1)
+        script.conditional_draws(None, "smooth", None, None, None, 2, 1, 1)

@@ -11,13 +11,11 @@ from geoattn.train import NormalizedOperator
 THREADS = ["--threads", str(torch.get_num_threads())]  # leave the session's thread count as it is
 
 
-@pytest.fixture(scope="module")
-def gx(load_script):
-    return load_script("galerkin_experiments")
+SCRIPT = "galerkin_experiments"  # the ``script`` fixture (conftest.py)
 
 
-def test_burgers_tiny_run(gx, tmp_path):
-    results = gx.main(["--experiment", "burgers", "--scale", "tiny", "--out", str(tmp_path), *THREADS,
+def test_burgers_tiny_run(script, tmp_path):
+    results = script.main(["--experiment", "burgers", "--scale", "tiny", "--out", str(tmp_path), *THREADS,
                        "--figure", str(tmp_path / "burgers.png")])
     rows = results["rows"]
     assert set(rows) == {"GT-64", "FT-64", "GT-128", "FT-128"}
@@ -32,8 +30,8 @@ def test_burgers_tiny_run(gx, tmp_path):
     assert (tmp_path / "burgers.png").stat().st_size > 1000
 
 
-def test_inverse_tiny_run(gx, tmp_path):
-    results = gx.main(["--experiment", "inverse", "--scale", "tiny", "--out", str(tmp_path), *THREADS,
+def test_inverse_tiny_run(script, tmp_path):
+    results = script.main(["--experiment", "inverse", "--scale", "tiny", "--out", str(tmp_path), *THREADS,
                        "--figure", str(tmp_path / "inverse.png")])
     assert set(results["rows"]) == {f"{m}-{e:g}" for m in ("GT", "FT") for e in (0.0, 0.01, 0.1)}
     for row in results["rows"].values():
@@ -42,13 +40,13 @@ def test_inverse_tiny_run(gx, tmp_path):
     assert (tmp_path / "inverse.png").stat().st_size > 1000
 
 
-def test_node_average_ablation_shares_the_model(gx):
+def test_node_average_ablation_shares_the_model(script):
     data = burgers_data(2, seed=0, grid=64, dt=1e-2)
     sample = on_circle(nonuniform_samples(data, 24, 96))[0]
-    op = NormalizedOperator(gx.GalerkinTransformer(1, 1, dim=2, width=8, depth=1, num_heads=1))
+    op = NormalizedOperator(script.GalerkinTransformer(1, 1, dim=2, width=8, depth=1, num_heads=1))
     op.x_normalizer.fit([(sample.x, sample.weight)])
     op.y_normalizer.fit([(sample.y, sample.weight)])
-    ablation = gx.node_average_operator(op)
+    ablation = script.node_average_operator(op)
     assert ablation.model is op.model and ablation.unweighted
     with torch.no_grad():
         uniform = torch.full_like(sample.weight, 1 / 24)

@@ -8,21 +8,19 @@ import torch
 from geoattn.data.navier_stokes import LENGTH, evaluate
 
 
-@pytest.fixture
-def bench(load_script):
-    return load_script("kolmogorov")
+SCRIPT = "kolmogorov"  # the ``script`` fixture (conftest.py)
 
 
-def test_discretisations_carry_the_same_pairs(bench):
-    scale = bench.SCALES["tiny"]
+def test_discretisations_carry_the_same_pairs(script):
+    scale = script.SCALES["tiny"]
     torch.set_num_threads(1)
-    coefficients = bench.pairs(scale, seed=0, device="cpu")
-    where = bench.discretisations(scale, seed=0)
+    coefficients = script.pairs(scale, seed=0, device="cpu")
+    where = script.discretisations(scale, seed=0)
     assert list(where)[0] == "grid"
     for name, w in where.items():
         # every set's weights integrate 1 over the torus exactly
         assert math.isclose(float(w["weight"].sum()), LENGTH**2, rel_tol=1e-9), name
-        data = bench.samples_on(coefficients, w, slice(1, 2))[0]
+        data = script.samples_on(coefficients, w, slice(1, 2))[0]
         torch.testing.assert_close(data.y[:, 0], evaluate(coefficients["second"][1:2], w["pos"])[0].to(data.y.dtype))
     # node-average weights are the quadrature weights on a uniform grid, not on the graded points
     grid, graded = where["grid"]["weight"], where["graded"]["weight"]
@@ -30,8 +28,8 @@ def test_discretisations_carry_the_same_pairs(bench):
     assert float(graded.max() / graded.min()) > 10
 
 
-def test_tiny_run_scores_every_model_on_every_set(bench, tmp_path, capsys):
-    results = bench.main(["--scale", "tiny", "--models", "galerkin", "tno", "--device", "cpu",
+def test_tiny_run_scores_every_model_on_every_set(script, tmp_path, capsys):
+    results = script.main(["--scale", "tiny", "--models", "galerkin", "tno", "--device", "cpu",
                           "--out", str(tmp_path), "--figure", str(tmp_path / "k.png")])
     out = capsys.readouterr().out
     assert "| galerkin | quadrature |" in out and "| identity |" in out and "1.07e-02" in out
@@ -46,7 +44,7 @@ def test_tiny_run_scores_every_model_on_every_set(bench, tmp_path, capsys):
     assert (tmp_path / "k.png").stat().st_size > 1000
 
 
-def test_physics_baselines_are_first_and_second_order_in_the_interval(bench):
+def test_physics_baselines_are_first_and_second_order_in_the_interval(script):
     """At T = 11, where the flow is developed: over an interval dt, the identity misses the
     increment (error ~ dt), the exact linear part misses the advection (also ~ dt) and one
     explicit Euler step of the whole equation only its local truncation (~ dt^2): halving dt
@@ -55,13 +53,13 @@ def test_physics_baselines_are_first_and_second_order_in_the_interval(bench):
 
     errors = {}
     for dt in (0.02, 0.01):
-        scale = replace(bench.SCALES["tiny"], time=11.0, interval=dt, solver_dtype="float64")
-        coefficients = bench.pairs(scale, seed=0, device="cpu")
-        where = {"grid": bench.discretisations(scale, seed=0)["grid"]}
+        scale = replace(script.SCALES["tiny"], time=11.0, interval=dt, solver_dtype="float64")
+        coefficients = script.pairs(scale, seed=0, device="cpu")
+        where = {"grid": script.discretisations(scale, seed=0)["grid"]}
         rows = slice(0, scale.n_train + scale.n_test)
-        tests = {"grid": bench.samples_on(coefficients, where["grid"], rows)}
-        found = bench.physics_errors(coefficients, where, rows, scale, tests)
-        found["identity"] = bench.identity_errors(tests)
+        tests = {"grid": script.samples_on(coefficients, where["grid"], rows)}
+        found = script.physics_errors(coefficients, where, rows, scale, tests)
+        found["identity"] = script.identity_errors(tests)
         errors[dt] = {k: sum(v["grid"]) / len(v["grid"]) for k, v in found.items()}
     ratio = {k: errors[0.02][k] / errors[0.01][k] for k in errors[0.02]}
     assert ratio["identity"] == pytest.approx(2, rel=0.1)

@@ -10,34 +10,32 @@ from geoattn.data.odes import nonuniform_grid, ode_samples
 from geoattn.train import relative_l2
 
 
-@pytest.fixture(scope="module")
-def lc(load_script):
-    return load_script("lorenz_cde")
+SCRIPT = "lorenz_cde"  # the ``script`` fixture (conftest.py)
 
 
 @pytest.fixture(scope="module")
-def tiny_run(lc, tmp_path_factory):
+def tiny_run(script, tmp_path_factory):
     """``main`` on every experiment at the tiny scale: (returned results, folder, printed text)."""
     folder = tmp_path_factory.mktemp("lorenz_cde")
     threads = torch.get_num_threads()
     try:
-        results = lc.main(["--experiment", "all", "--scale", "tiny", "--device", "cpu", "--seed", "1",
+        results = script.main(["--experiment", "all", "--scale", "tiny", "--device", "cpu", "--seed", "1",
                            "--no-progress", "--out", str(folder / "r.json"), "--figure", str(folder / "fig")])
     finally:
         torch.set_num_threads(threads)  # main sets one thread for the benchmark
     return results, folder
 
 
-def test_grids_and_scales_are_the_papers(lc):
-    g = lc.grids()
+def test_grids_and_scales_are_the_papers(script):
+    g = script.grids()
     assert {k: len(v) for k, v in g.items()} == {
         "uniform": 201, "nonuniform": 151, "dt=0.005": 401, "dt=0.0075": 268, "dt=0.015": 135, "dt=0.02": 101}
     assert all(v[0] == 0.0 and v[-1] == 2.0 for v in g.values())
-    gpu = lc.SCALES["gpu"]
+    gpu = script.SCALES["gpu"]
     assert (gpu.n_train, gpu.n_test, gpu.width, gpu.depth) == (8000, 1000, 128, 6)
 
 
-def test_tiny_run_writes_results_tables_and_figures(lc, tiny_run, capsys):
+def test_tiny_run_writes_results_tables_and_figures(script, tiny_run, capsys):
     results, folder = tiny_run
     saved = json.loads((folder / "r.json").read_text())["results"]
     assert set(results) == set(saved) == {"lorenz1", "lorenz2", "cde"}
@@ -45,14 +43,14 @@ def test_tiny_run_writes_results_tables_and_figures(lc, tiny_run, capsys):
         assert (folder / f"fig_{name}.png").stat().st_size > 10_000
         for model in ("weighted", "node_average"):
             errors = res["models"][model]["errors"]
-            assert set(errors) == set(lc.grids())
+            assert set(errors) == set(script.grids())
             assert all(np.isfinite(e["median"]) and 0 < e["median"] <= e["max"] for e in errors.values())
         w = res["models"]["weighted"]["errors"]
         assert res["ratio"] == pytest.approx(w["nonuniform"]["median"] / w["uniform"]["median"])
-        assert res["target_met"] == (res["ratio"] <= lc.TARGET_RATIO)
-    table = lc.markdown("lorenz2", results["lorenz2"], lc.SCALES["tiny"])
+        assert res["target_met"] == (res["ratio"] <= script.TARGET_RATIO)
+    table = script.markdown("lorenz2", results["lorenz2"], script.SCALES["tiny"])
     assert "2.74e-02 / 6.30e-02" in table and "target <= 1.25" in table
-    assert "8.73e-03 / 8.72e-02" in lc.markdown("lorenz1", results["lorenz1"], lc.SCALES["tiny"])
+    assert "8.73e-03 / 8.72e-02" in script.markdown("lorenz1", results["lorenz1"], script.SCALES["tiny"])
 
 
 def test_example_is_the_weighted_models_prediction_on_the_median_sample(tiny_run):
