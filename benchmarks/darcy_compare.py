@@ -107,6 +107,7 @@ class Scale:
     mesh_fno_modes: int | None = None  # mesh_fno's modes (None: :func:`mesh_fno_modes`)
     symmetries: bool = False  # train every model on the training samples carried by the domain's symmetries
     clock: str = "wall"  # what ``seconds`` counts: wall time, or the process's CPU time ("cpu")
+    validation: int = 0  # held-out samples on the training mesh: each model keeps its best epoch on them
 
 
 SCALES = {
@@ -558,15 +559,17 @@ class PeakMemory:
         self.mib = (self.peak - self.base) / 2**20
 
 
-def budget_epochs(op: NormalizedOperator, train: list, scale: Scale, seed: int = 0) -> int:
+def budget_epochs(op: NormalizedOperator, train: list, scale: Scale, seed: int = 0,
+                  val: list | None = None) -> int:
     """Epochs that fit in ``scale.seconds``, from the time of throw-away epochs: one when it takes
     the whole budget or more, else at least two and up to ten until they add up to 5 % of the
     budget, timed by the median of all but the first one (which also pays one-time costs such as
     neighbour graphs and interpolation matrices). With ``scale.clock == "cpu"`` the epochs are
     timed by the process's CPU time from the first optimiser step on (the sample checks and the
     normaliser fits of each probe are not an epoch's work), which other work on a shared machine
-    stretches less than the wall time (with one thread it is the wall time of an idle machine). The weights are then put back to their
-    initial values."""
+    stretches less than the wall time (with one thread it is the wall time of an idle machine); with
+    validation samples ``val`` the CPU time includes their scoring after the epoch (the wall time
+    does not). The weights are then put back to their initial values."""
     tensors = [*op.parameters(), *op.buffers()]  # not state_dict: neuralop adds non-tensor entries
     initial = [t.detach().clone() for t in tensors]
     seconds = []
@@ -574,7 +577,7 @@ def budget_epochs(op: NormalizedOperator, train: list, scale: Scale, seed: int =
                           and (len(seconds) < 2 or sum(seconds) < scale.seconds / 20)):
         probe = Trainer(op, epochs=1, batch_size=scale.batch_size, lr=scale.lr, seed=seed, progress=False)
         first: list[float] = []  # CPU time at the first optimiser step: after the checks and normaliser fits
-        wall = probe.fit(train, on_step=lambda epoch, step: first or first.append(time.process_time()))[-1]["seconds"]
+        wall = probe.fit(train, val, on_step=lambda epoch, step: first or first.append(time.process_time()))[-1]["seconds"]
         steps = -(-len(train) // scale.batch_size)
         # the first step's batch and forward pass come before the mark: count them as an average step
         cpu = (time.process_time() - first[0]) * steps / max(1, steps - 1) if steps > 1 else wall
@@ -638,10 +641,13 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
     tic = time.perf_counter()
     train = darcy_samples({"train": meshes["train"]}, scale.n_train, seed, family, field)["train"]
     test = darcy_samples(meshes, scale.n_test, seed, family, field, start=scale.n_train)
+    val = darcy_samples({"train": meshes["train"]}, scale.validation, seed, family, field,
+                        start=scale.n_train + scale.n_test)["train"] if scale.validation else None
     log.info("%s: data in %.1f s", family, time.perf_counter() - tic)
     if scale.symmetries:
         train = augment(train, SYMMETRIES[domain])  # |G| images of every training sample, checked
     train = [d.to(device) for d in train]
+    val = None if val is None else [d.to(device) for d in val]
     test = {k: [d.to(device) for d in v] for k, v in test.items()}
     rows, operators = {}, {}
     size = supersampled_size(scale.mesh_n, domain, scale.supersample)
@@ -652,20 +658,24 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
             model = ResolvedQuadrature(model, meshes.values(), size)
             model.register(train[:len(SYMMETRIES[domain])] if scale.symmetries else [])  # the images
         op = NormalizedOperator(model).to(device)  # patched models: the trainer fits the partition
-        epochs = scale.epochs if scale.seconds is None else budget_epochs(op, train, scale, seed)
-        trainer = Trainer(op, epochs=epochs, batch_size=scale.batch_size, lr=scale.lr,
-                          seed=seed, progress=False)
+        epochs = scale.epochs if scale.seconds is None else budget_epochs(op, train, scale, seed, val)
+        trainer = Trainer(op, epochs=epochs, batch_size=scale.batch_size, lr=scale.lr, seed=seed,
+                          progress=False, restore_best=bool(val))  # a validation set: its best epoch
         cpu = time.process_time()
         with PeakMemory(device) as mem:
-            history = trainer.fit(train)
+            history = trainer.fit(train, val)
+        cpu = time.process_time() - cpu
         seconds = [h["seconds"] for h in history]
         rows[name] = {"parameters": sum(p.numel() for p in op.parameters() if p.requires_grad),
                       "epochs": epochs,
                       "seconds_per_epoch": float(np.median(seconds)),
                       "train_seconds": float(np.sum(seconds)),
-                      "cpu_seconds_per_epoch": (time.process_time() - cpu) / epochs,
+                      "cpu_seconds_per_epoch": cpu / epochs,
                       "peak_mib": mem.mib,
                       "train_error": history[-1]["train"]}
+        if val:
+            best = int(np.argmin([h["val"] for h in history]))
+            rows[name].update(best_epoch=best + 1, val_error=history[best]["val"])
         operators[name] = op
         log.info("%s %s: %s", family, name, rows[name])
     report = cross_mesh_report(operators, test, reference="train", batch_size=scale.batch_size)
@@ -734,6 +744,11 @@ def markdown(results: dict, scale: Scale) -> str:
             cells += [f"{e:.4f}" for e in errs] + [f"{max(errs[1:]) / errs[0]:.2f}"]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
+        best = [f"{name} {r['best_epoch']} of {r['epochs']} (validation error {r['val_error']:.4f})"
+                for name, r in res["models"].items() if "best_epoch" in r]
+        if best:
+            out.append(f"Scored at the best epoch on {scale.validation} validation samples (`--validation`): "
+                       + ", ".join(best) + ".\n")
         for key, title in EXTRA_SCORES.items():
             if not all(key in r for r in res["models"].values()):
                 continue
@@ -770,6 +785,9 @@ def table(results: dict) -> str:
                     label = "  " + key[len("test_"):].replace("_", ", ")
                     lines.append(f"{label:<{width}}{'':>48}" + "".join(f"{e:>11.4f}" for e in extra)
                                  + f"{max(extra[1:]) / extra[0]:>12.2f}")
+            if "best_epoch" in r:
+                lines.append(f"  scored at epoch {r['best_epoch']} of {epochs}, its best on the validation "
+                             f"samples ({r['val_error']:.4f})")
     return "\n".join(lines)
 
 
@@ -866,6 +884,9 @@ def main(argv: list[str] | None = None) -> dict:
                         help="train every model on each training sample carried by the domain's symmetries "
                              "(SYMMETRIES: the square's 8, the L-shape's diagonal reflection), checked with "
                              "geoattn.mesh.symmetry; the epochs follow the larger set")
+    parser.add_argument("--validation", type=int, metavar="K",
+                        help="K more samples on the training mesh, scored after every epoch: each model is "
+                             "tested at its best epoch on them (its best.pt), not its last (default 0: none)")
     parser.add_argument("--fem-floor", action="store_true",
                         help="train nothing: print how far each mesh's finite-element targets are from a "
                              "twice-refined solution (the error floor of the cross-mesh scores)")

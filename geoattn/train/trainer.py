@@ -183,6 +183,11 @@ class Trainer:
         tensorboard: also log the ``metrics.csv`` columns (``train``, ``val``, ``lr``,
             ``seconds``) per epoch for TensorBoard, in ``out_dir/tensorboard`` (``True``) or in
             the folder given; needs the ``tensorboard`` extra (default ``False``).
+        restore_best: after the last epoch, put back the weights of the epoch with the lowest
+            validation error (the training error without a validation set), kept in memory: the
+            operator ends as ``best.pt`` holds it, with or without an ``out_dir`` (default
+            ``False``: the operator keeps its last weights). For a small training set that a
+            long schedule overfits.
 
     Raises:
         ConfigError: an unknown or unavailable device or precision (:func:`resolve_device`,
@@ -198,8 +203,9 @@ class Trainer:
                  clip: float | None = 1.0, h1: bool = False, seed: int = 0, progress: bool = True,
                  device: str | torch.device | None = None, precision: str = "fp32",
                  workers: int = 0, pin_memory: bool | None = None,
-                 tensorboard: bool | str | Path = False):
+                 tensorboard: bool | str | Path = False, restore_best: bool = False):
         self.operator = operator
+        self.restore_best = restore_best
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.epochs, self.batch_size, self.lr = epochs, batch_size, lr
         self.weight_decay, self.clip, self.h1 = weight_decay, clip, h1
@@ -237,7 +243,7 @@ class Trainer:
         return {"epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr,
                 "weight_decay": self.weight_decay, "clip": self.clip, "h1": self.h1, "seed": self.seed,
                 "device": str(self.device), "precision": self.precision, "world_size": self.world,
-                "workers": self.workers}
+                "workers": self.workers, "restore_best": self.restore_best}
 
     def _errors(self, model: torch.nn.Module, batch) -> torch.Tensor:
         """:func:`sample_errors` at the trainer's precision; a model whose operations have no
@@ -305,7 +311,7 @@ class Trainer:
         schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=self.lr,
                                                        total_steps=self.epochs * steps)
         scaler = _grad_scaler(self.precision == "fp16")
-        start, best = 0, math.inf
+        start, best, best_state = 0, math.inf, None
         last = self.out_dir / LAST if self.out_dir is not None else None
         if resume and last is not None and last.exists():
             state = load_checkpoint(last, device)
@@ -366,6 +372,8 @@ class Trainer:
                 if score < best:
                     best = score
                     self._write(BEST, payload)
+                    if self.restore_best:
+                        best_state = {k: v.detach().clone() for k, v in op.state_dict().items()}
                 payload.update(optimizer=optimizer.state_dict(), scheduler=schedule.state_dict(),
                                epoch=epoch, best=best, history=self.history)
                 if self.precision == "fp16":
@@ -379,4 +387,9 @@ class Trainer:
                     board.flush()
                 log.info("epoch %d: train %.3e val %.3e", epoch, row["train"], row["val"])
         bar.close()
+        if self.restore_best:
+            if best_state is None and self.out_dir is not None and (self.out_dir / BEST).exists():
+                best_state = load_checkpoint(self.out_dir / BEST, device)["state_dict"]  # resumed past it
+            if best_state is not None:
+                op.load_state_dict(best_state)
         return self.history

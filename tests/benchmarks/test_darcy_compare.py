@@ -322,3 +322,19 @@ def test_symmetries_train_on_every_image_and_score_the_average(script):
                                    out, rtol=1e-4, atol=1e-6)
     with pytest.raises(SystemExit):
         script.main(["--scale", "tiny", "--domain", "holes", "--symmetries"])
+
+
+def test_validation_scores_each_model_at_its_best_epoch(script, tmp_path):
+    results = script.main(["--scale", "tiny", "--families", "piecewise", "--models", "mesh_fno",
+                           "--epochs", "3", "--validation", "2", "--out", str(tmp_path)])
+    row = results["piecewise"]["models"]["mesh_fno"]
+    assert 1 <= row["best_epoch"] <= 3 and row["val_error"] > 0
+    op = results["piecewise"]["operators"]["mesh_fno"]
+    meshes = script.benchmark_meshes(script.SCALES["tiny"].mesh_n)
+    val = script.darcy_samples({"train": meshes["train"]}, 2, 0, "piecewise", script.coefficient_field(meshes),
+                               start=script.SCALES["tiny"].n_train + script.SCALES["tiny"].n_test)["train"]
+    from geoattn.train import evaluate_errors
+
+    # the operator scored is the one of the best epoch: its validation error is that epoch's
+    assert float(evaluate_errors(op, val).mean()) == pytest.approx(row["val_error"], rel=1e-5)
+    assert "validation samples (`--validation`): mesh_fno" in (tmp_path / "table.md").read_text()

@@ -200,3 +200,24 @@ def test_cuda_autocast_trains_and_resumes(tmp_path, samples, precision):
     assert next(op.parameters()).device.type == "cuda"
     state = load_checkpoint(tmp_path / "last.pt")
     assert state["trainer"]["precision"] == precision and ("scaler" in state) == (precision == "fp16")
+
+
+def test_restore_best_ends_with_the_weights_of_the_best_validation_epoch(tmp_path, samples):
+    flipped = [d.clone() for d in samples[6:]]
+    for d in flipped:  # targets the training moves away from: an early epoch is the best
+        d.y = -d.y
+
+    def fit(out):
+        op = _operator()
+        trainer = Trainer(op, out, epochs=6, batch_size=2, lr=1e-2, progress=False, restore_best=True)
+        return op, [h["val"] for h in trainer.fit(samples[:6], flipped)]
+
+    op, val = fit(tmp_path)
+    best = min(range(len(val)), key=val.__getitem__)
+    assert best < len(val) - 1
+    assert float(evaluate_errors(op, flipped).mean()) == pytest.approx(val[best], rel=1e-6)
+    for a, b in zip(op.state_dict().values(), load_checkpoint(tmp_path / "best.pt")["state_dict"].values()):
+        assert torch.equal(a, b)
+    in_memory, _ = fit(None)  # no folder: the same weights, kept in memory
+    for a, b in zip(op.state_dict().values(), in_memory.state_dict().values()):
+        assert torch.equal(a, b)
