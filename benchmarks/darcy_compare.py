@@ -22,6 +22,10 @@ Two ways to make the race fair:
   budget missed because the machine's speed changed shows. On a shared machine, ``--clock cpu``
   times the probe epochs by the process's CPU time instead, which other work does not stretch.
 
+Every model is scored after its last epoch, or with ``--validation K`` at its best epoch on ``K``
+more samples of the training mesh (the same for every model; scored after every epoch, which
+the CPU-clock probe counts), as a user keeping ``best.pt`` would.
+
 Domains (``--domain``): ``square`` (the unit square: irregular training mesh, its refinement, a
 graded and a foreign irregular mesh), ``lshape`` (the L-shape ``[-1, 1]^2`` minus a quadrant:
 jittered training mesh, its refinement, the structured mesh and a finer jittered one) and
