@@ -150,6 +150,12 @@ def _grad_scaler(enabled: bool):
     return torch.cuda.amp.GradScaler(enabled=enabled)  # pragma: no cover - torch < 2.3
 
 
+def _tensors(module: torch.nn.Module) -> list[torch.Tensor]:
+    """The parameters and buffers of ``module`` (not ``state_dict``: a foreign model may add
+    entries that are not tensors)."""
+    return [*module.parameters(), *module.buffers()]
+
+
 class Trainer:
     """Fits a :class:`NormalizedOperator` to samples ``(x, pos, weight, y)``.
 
@@ -373,7 +379,7 @@ class Trainer:
                     best = score
                     self._write(BEST, payload)
                     if self.restore_best:
-                        best_state = {k: v.detach().clone() for k, v in op.state_dict().items()}
+                        best_state = [t.detach().clone() for t in _tensors(op)]
                 payload.update(optimizer=optimizer.state_dict(), scheduler=schedule.state_dict(),
                                epoch=epoch, best=best, history=self.history)
                 if self.precision == "fp16":
@@ -389,7 +395,9 @@ class Trainer:
         bar.close()
         if self.restore_best:
             if best_state is None and self.out_dir is not None and (self.out_dir / BEST).exists():
-                best_state = load_checkpoint(self.out_dir / BEST, device)["state_dict"]  # resumed past it
-            if best_state is not None:
-                op.load_state_dict(best_state)
+                op.load_state_dict(load_checkpoint(self.out_dir / BEST, device)["state_dict"])  # resumed past it
+            elif best_state is not None:
+                with torch.no_grad():
+                    for t, saved in zip(_tensors(op), best_state):
+                        t.copy_(saved)
         return self.history

@@ -325,8 +325,13 @@ def test_symmetries_train_on_every_image_and_score_the_average(script):
 
 
 def test_validation_scores_each_model_at_its_best_epoch(script, tmp_path):
-    results = script.main(["--scale", "tiny", "--families", "piecewise", "--models", "mesh_fno",
+    import importlib.util
+
+    # neuralop's models add entries to their state_dict that are not tensors: restoring copes
+    peers = ["neuralop-fno"] if importlib.util.find_spec("neuralop") else []
+    results = script.main(["--scale", "tiny", "--families", "piecewise", "--models", "mesh_fno", *peers,
                            "--epochs", "3", "--validation", "2", "--out", str(tmp_path)])
+    assert all(1 <= r["best_epoch"] <= 3 for r in results["piecewise"]["models"].values())
     row = results["piecewise"]["models"]["mesh_fno"]
     assert 1 <= row["best_epoch"] <= 3 and row["val_error"] > 0
     op = results["piecewise"]["operators"]["mesh_fno"]
