@@ -86,7 +86,7 @@ from geoattn.mesh.interpolation import linear_interpolation
 from geoattn.mesh.refinement import refine_to
 from geoattn.models import MODELS, NeuralOperator, build_model
 from geoattn.nn.spectral import resolved_modes
-from geoattn.train import NormalizedOperator, Trainer, symmetrize
+from geoattn.train import NormalizedOperator, Trainer, symmetrize, train_ensemble
 
 log = logging.getLogger("darcy_compare")
 
@@ -102,6 +102,7 @@ class Scale:
     epochs: int
     batch_size: int = 4
     lr: float = 1e-3
+    weight_decay: float = 1e-4  # AdamW's decoupled weight decay, the same for every model
     width: int = 32
     depth: int = 3
     grid: int = 32
@@ -112,6 +113,7 @@ class Scale:
     symmetries: bool = False  # train every model on the training samples carried by the domain's symmetries
     clock: str = "wall"  # what ``seconds`` counts: wall time, or the process's CPU time ("cpu")
     validation: int = 0  # held-out samples on the training mesh: each model keeps its best epoch on them
+    ensemble: int = 1  # members per model, each trained for 1 / ensemble of the budget; scored as their mean
 
 
 SCALES = {
@@ -579,7 +581,8 @@ def budget_epochs(op: NormalizedOperator, train: list, scale: Scale, seed: int =
     seconds = []
     while not seconds or (seconds[0] < scale.seconds and len(seconds) < 10
                           and (len(seconds) < 2 or sum(seconds) < scale.seconds / 20)):
-        probe = Trainer(op, epochs=1, batch_size=scale.batch_size, lr=scale.lr, seed=seed, progress=False)
+        probe = Trainer(op, epochs=1, batch_size=scale.batch_size, lr=scale.lr, weight_decay=scale.weight_decay,
+                        seed=seed, progress=False)
         first: list[float] = []  # CPU time at the first optimiser step: after the checks and normaliser fits
         wall = probe.fit(train, val, on_step=lambda epoch, step: first or first.append(time.process_time()))[-1]["seconds"]
         steps = -(-len(train) // scale.batch_size)
@@ -656,30 +659,38 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
     rows, operators = {}, {}
     size = supersampled_size(scale.mesh_n, domain, scale.supersample)
     for name, make in model_factories(scale, names, domain).items():
+        def build(name=name, make=make):
+            model = make()
+            if scale.supersample > 1 and name in MODELS:  # geoattn's own models; the peers see the nodes
+                model = ResolvedQuadrature(model, meshes.values(), size)
+                model.register(train[:len(SYMMETRIES[domain])] if scale.symmetries else [])  # the images
+            return NormalizedOperator(model).to(device)  # patched models: the trainer fits the partition
+
         torch.manual_seed(seed)
-        model = make()
-        if scale.supersample > 1 and name in MODELS:  # geoattn's own models; the peers see the nodes
-            model = ResolvedQuadrature(model, meshes.values(), size)
-            model.register(train[:len(SYMMETRIES[domain])] if scale.symmetries else [])  # the images
-        op = NormalizedOperator(model).to(device)  # patched models: the trainer fits the partition
-        epochs = scale.epochs if scale.seconds is None else budget_epochs(op, train, scale, seed, val)
-        trainer = Trainer(op, epochs=epochs, batch_size=scale.batch_size, lr=scale.lr, seed=seed,
-                          progress=False, restore_best=bool(val))  # a validation set: its best epoch
+        # each of the ensemble's members trains for its share of the budget
+        epochs = scale.epochs if scale.seconds is None else budget_epochs(
+            build(), train, replace(scale, seconds=scale.seconds / scale.ensemble), seed, val)
         cpu = time.process_time()
         with PeakMemory(device) as mem:
-            history = trainer.fit(train, val)
+            ensemble = train_ensemble(build, train, val, members=scale.ensemble, seed=seed, epochs=epochs,
+                                      batch_size=scale.batch_size, lr=scale.lr, weight_decay=scale.weight_decay,
+                                      progress=False, restore_best=bool(val))  # a validation set: its best epoch
         cpu = time.process_time() - cpu
-        seconds = [h["seconds"] for h in history]
+        op = ensemble if scale.ensemble > 1 else ensemble.members[0]
+        seconds = [h["seconds"] for history in ensemble.histories for h in history]
         rows[name] = {"parameters": sum(p.numel() for p in op.parameters() if p.requires_grad),
-                      "epochs": epochs,
+                      "epochs": epochs,  # of each member
                       "seconds_per_epoch": float(np.median(seconds)),
                       "train_seconds": float(np.sum(seconds)),
-                      "cpu_seconds_per_epoch": cpu / epochs,
+                      "cpu_seconds_per_epoch": cpu / (epochs * scale.ensemble),
                       "peak_mib": mem.mib,
-                      "train_error": history[-1]["train"]}
+                      "train_error": float(np.mean([h[-1]["train"] for h in ensemble.histories]))}
         if val:
-            best = int(np.argmin([h["val"] for h in history]))
-            rows[name].update(best_epoch=best + 1, val_error=history[best]["val"])
+            best = [int(np.argmin([h["val"] for h in history])) for history in ensemble.histories]
+            rows[name].update(best_epoch=best[0] + 1, val_error=ensemble.histories[0][best[0]]["val"])
+            if scale.ensemble > 1:
+                rows[name].update(best_epochs=[b + 1 for b in best],
+                                  val_errors=[h[b]["val"] for h, b in zip(ensemble.histories, best)])
         operators[name] = op
         log.info("%s %s: %s", family, name, rows[name])
     report = cross_mesh_report(operators, test, reference="train", batch_size=scale.batch_size)
@@ -732,6 +743,9 @@ def markdown(results: dict, scale: Scale) -> str:
     if scale.symmetries:
         out.append("Every model trains on each training sample carried by the domain's symmetries "
                    "(`--symmetries`).\n")
+    if scale.ensemble > 1:
+        out.append(f"Every model is the mean of {scale.ensemble} members (`--ensemble {scale.ensemble}`), each "
+                   f"trained for 1/{scale.ensemble} of the budget; epochs are each member's.\n")
     for family, res in results.items():
         meshes = list(res["nodes"])
         out.append(f"**{family}** coefficients (test relative L2(D) error, mean of {scale.n_test} samples):\n")
@@ -748,7 +762,8 @@ def markdown(results: dict, scale: Scale) -> str:
             cells += [f"{e:.4f}" for e in errs] + [f"{max(errs[1:]) / errs[0]:.2f}"]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
-        best = [f"{name} {r['best_epoch']} of {r['epochs']} (validation error {r['val_error']:.4f})"
+        best = [f"{name} {', '.join(map(str, r.get('best_epochs', [r['best_epoch']])))} of {r['epochs']} "
+                f"(validation error {', '.join(f'{e:.4f}' for e in r.get('val_errors', [r['val_error']]))})"
                 for name, r in res["models"].items() if "best_epoch" in r]
         if best:
             out.append(f"Scored at the best epoch on {scale.validation} validation samples (`--validation`): "
@@ -789,7 +804,11 @@ def table(results: dict) -> str:
                     label = "  " + key[len("test_"):].replace("_", ", ")
                     lines.append(f"{label:<{width}}{'':>48}" + "".join(f"{e:>11.4f}" for e in extra)
                                  + f"{max(extra[1:]) / extra[0]:>12.2f}")
-            if "best_epoch" in r:
+            if "best_epochs" in r:
+                lines.append(f"  the mean of {len(r['best_epochs'])} members, scored at epochs "
+                             f"{', '.join(map(str, r['best_epochs']))} of {epochs}, their best on the validation samples "
+                             f"({', '.join(f'{e:.4f}' for e in r['val_errors'])})")
+            elif "best_epoch" in r:
                 lines.append(f"  scored at epoch {r['best_epoch']} of {epochs}, its best on the validation "
                              f"samples ({r['val_error']:.4f})")
     return "\n".join(lines)
@@ -863,6 +882,8 @@ def main(argv: list[str] | None = None) -> dict:
     for field in ("mesh_n", "n_train", "n_test", "epochs", "batch_size", "width", "depth", "grid", "modes",
                   "mesh_fno_modes"):
         parser.add_argument("--" + field.replace("_", "-"), type=int, help=f"override the scale's {field}")
+    parser.add_argument("--weight-decay", type=float,
+                        help="AdamW's weight decay, the same for every model (default 1e-4)")
     parser.add_argument("--seconds", type=float,
                         help="wall-clock training budget per model (epochs follow from its speed; default: --epochs)")
     parser.add_argument("--clock", default="wall", choices=["wall", "cpu"],
@@ -891,12 +912,18 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--validation", type=int, metavar="K",
                         help="K more samples on the training mesh, scored after every epoch: each model is "
                              "tested at its best epoch on them (its best.pt), not its last (default 0: none)")
+    parser.add_argument("--ensemble", type=int, metavar="K",
+                        help="train K members of every model (seeds 0..K-1), each for 1/K of --seconds (or "
+                             "--epochs each, without a budget), and score their mean (geoattn.train.Ensemble; "
+                             "default 1)")
     parser.add_argument("--fem-floor", action="store_true",
                         help="train nothing: print how far each mesh's finite-element targets are from a "
                              "twice-refined solution (the error floor of the cross-mesh scores)")
     args = parser.parse_args(argv)
     if args.supersample < 1:
         parser.error(f"--supersample must be at least 1, got {args.supersample}")
+    if args.ensemble is not None and args.ensemble < 1:
+        parser.error(f"--ensemble must be at least 1, got {args.ensemble}")
     if args.supersample > 1 and args.resolve_quadrature:
         parser.error("--supersample already scores every mesh refined (finer than --resolve-quadrature would); "
                      "give one of them")

@@ -9,7 +9,7 @@ import torch
 
 from geoattn.mesh import from_meshio
 
-EXAMPLES = ["attention_cross_mesh", "darcy_data", "nao_darcy", "nao_kernel_1d", "patches",
+EXAMPLES = ["attention_cross_mesh", "darcy_data", "ensemble", "nao_darcy", "nao_kernel_1d", "patches",
             "predict_meshio", "quadrature", "resolved_quadrature", "symmetries", "train_cross_mesh"]
 
 
@@ -74,6 +74,17 @@ def test_symmetries_averaged_models_do_not_move_when_the_mesh_turns(example):
         assert shift[name + ", averaged"] < 1e-6, shift
         assert shift[name] > 100 * shift[name + ", averaged"], shift
     assert all(0 < report.mean(name, "graded") < 1 for name in shift)
+
+
+def test_ensemble_mean_errs_less_than_its_members_on_average(example, tmp_path):
+    """Per sample the mean's relative error is at most the members' average (triangle
+    inequality), so on every mesh the mean of the report is too; the plot is written."""
+    report, correlation = example("ensemble").main(train=12, test=3, val=2, epochs=6, members=2, width=8,
+                                                   depth=1, plot=str(tmp_path / "e.png"))
+    for mesh in ("train", "graded"):
+        members = [report.mean(f"member {k}", mesh) for k in range(2)]
+        assert report.mean("mean of 2", mesh) <= sum(members) / 2 + 1e-7
+    assert -1 <= correlation <= 1 and (tmp_path / "e.png").stat().st_size > 0
 
 
 def test_predict_meshio_prediction_matches_direct_call(example, tmp_path):

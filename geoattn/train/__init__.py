@@ -2,6 +2,7 @@
 
 from .checkpoint import load_checkpoint, load_operator, operator_payload, save_checkpoint
 from .distributed import init_distributed
+from .ensemble import Ensemble, load_ensemble, train_ensemble
 from .loss import relative_h1, relative_l2
 from .normalizer import GaussianNormalizer
 from .operator import NormalizedOperator
@@ -10,6 +11,7 @@ from .symmetrized import SymmetrizedOperator, symmetrize
 from .trainer import Trainer, evaluate_errors, sample_errors
 
 __all__ = [
+    "Ensemble",
     "GaussianNormalizer",
     "NormalizedOperator",
     "ResolvedQuadrature",
@@ -17,6 +19,7 @@ __all__ = [
     "Trainer",
     "evaluate_errors",
     "init_distributed",
+    "load_ensemble",
     "load_checkpoint",
     "load_operator",
     "operator_payload",
@@ -26,5 +29,6 @@ __all__ = [
     "sample_errors",
     "symmetrize",
     "save_checkpoint",
+    "train_ensemble",
     "training_size",
 ]

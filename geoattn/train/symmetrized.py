@@ -25,6 +25,7 @@ import torch
 
 from ..errors import SymmetryError
 from ..mesh.symmetry import Isometry
+from .ensemble import Ensemble
 from .operator import NormalizedOperator
 from .resolved import ResolvedQuadrature
 from .wrapper import WrappedOperator
@@ -69,7 +70,10 @@ def symmetrize(op: torch.nn.Module, isometries: Sequence[Isometry]) -> torch.nn.
     around it, or, when ``op`` is (or is a :class:`~geoattn.train.NormalizedOperator` of) a
     :class:`~geoattn.train.ResolvedQuadrature`, a copy of those wrappers with the average inside
     the refinement, so that the meshes they were given are still recognised (the images of the
-    refined meshes need no registering). ``op`` itself is not changed."""
+    refined meshes need no registering); for an :class:`~geoattn.train.Ensemble`, the ensemble of
+    its members averaged so. ``op`` itself is not changed."""
+    if isinstance(op, Ensemble):
+        return Ensemble([symmetrize(m, isometries) for m in op.members])
     if isinstance(op, ResolvedQuadrature) or (isinstance(op, NormalizedOperator)
                                               and isinstance(op.model, ResolvedQuadrature)):
         attr = "op" if isinstance(op, ResolvedQuadrature) else "model"

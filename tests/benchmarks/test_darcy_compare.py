@@ -343,3 +343,31 @@ def test_validation_scores_each_model_at_its_best_epoch(script, tmp_path):
     # the operator scored is the one of the best epoch: its validation error is that epoch's
     assert float(evaluate_errors(op, val).mean()) == pytest.approx(row["val_error"], rel=1e-5)
     assert "validation samples (`--validation`): mesh_fno" in (tmp_path / "table.md").read_text()
+
+
+def test_ensemble_trains_members_on_a_share_of_the_budget_and_scores_their_mean(script, tmp_path, monkeypatch):
+    """``--ensemble 2``: each model is the mean of two members from seeds 0 and 1, each given half
+    the budget's epochs and scored at its own best epoch; the mean is what is scored, and it is
+    averaged member by member under the symmetries."""
+    from geoattn.train import Ensemble, evaluate_errors
+
+    budgets = []
+    real = script.budget_epochs
+    monkeypatch.setattr(script, "budget_epochs", lambda op, train, scale, *a: budgets.append(scale.seconds) or 3)
+    results = script.main(["--scale", "tiny", "--families", "lognormal", "--models", "mesh_fno", "--seconds", "8",
+                           "--ensemble", "2", "--validation", "2", "--symmetries", "--out", str(tmp_path)])
+    assert budgets == [4.0] and real is not script.budget_epochs
+    row = results["lognormal"]["models"]["mesh_fno"]
+    ens = results["lognormal"]["operators"]["mesh_fno"]
+    assert isinstance(ens, Ensemble) and len(ens) == 2 and row["epochs"] == 3
+    assert len(row["best_epochs"]) == 2 and all(1 <= b <= 3 for b in row["best_epochs"])
+    meshes = script.benchmark_meshes(script.SCALES["tiny"].mesh_n)
+    test = script.darcy_samples(meshes, script.SCALES["tiny"].n_test, 0, "lognormal", script.coefficient_field(meshes),
+                                start=script.SCALES["tiny"].n_train)
+    for mesh in ("train", "graded"):
+        assert float(evaluate_errors(ens, test[mesh]).mean()) == pytest.approx(row["test"][mesh], rel=1e-5)
+    averaged = script.symmetrize(ens, script.SYMMETRIES["square"])
+    assert isinstance(averaged, Ensemble) and len(averaged) == 2
+    assert "mean of 2 members" in (tmp_path / "table.md").read_text()
+    with pytest.raises(SystemExit):
+        script.main(["--scale", "tiny", "--ensemble", "0"])
