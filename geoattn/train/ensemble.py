@@ -7,9 +7,9 @@ the training samples leave the map undetermined. Their mean,
     \bar{\mathcal G}(a) = \frac{1}{K} \sum_{k=1}^K \mathcal G_k(a),
 
 is never worse in mean square than the members' average error (Jensen), and gains most where a
-model is limited by its samples rather than by its training steps: with 100 Darcy samples on the
-holed disk, three ``mesh_fno`` trained for a third of the budget each have 7 % less error than one
-trained for all of it (``docs/benchmarks.md``). Each member is an operator on every mesh, so the
+model is limited by its samples rather than by its training steps: with 100 Darcy samples on
+the holed disk, three ``mesh_fno`` trained for a third of the budget each have 5–7 % less error
+than one trained for all of it (``docs/benchmarks.md``). Each member is an operator on every mesh, so the
 mean is too, and it keeps the members' invariance under mesh changes. The members' standard
 deviation at each node (:meth:`Ensemble.spread`) says where they disagree.
 """
