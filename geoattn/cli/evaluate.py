@@ -7,14 +7,16 @@ import argparse
 from ..errors import ConfigError
 from ..eval import cross_mesh_report, plot_errors
 from ..optional import require
-from ..train import load_operator
+from ..train import load_trained
 from ..train.checkpoint import atomic_path, check_writable
 from ..train.trainer import resolve_device
 from .train import add_device_arg, check_setting
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="checkpoint written by `geoattn train` (best.pt / last.pt)")
+    parser.add_argument("checkpoint", help="checkpoint written by `geoattn train` (best.pt / last.pt), or a folder of "
+                        "ensemble members member0/, member1/, ... (each from `geoattn train --seed K --out "
+                        "FOLDER/memberK`), scored as their mean")
     parser.add_argument("data", nargs="+", help="dataset file(s) with the same samples on several meshes")
     parser.add_argument("--meshes", help="comma-separated mesh names to score, the reference first "
                         "(default: all; the reference is a mesh named *train*, else the first)")
@@ -43,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     out = None if args.out is None else check_writable(args.out, folder=True)
     if out is not None:
         require("matplotlib", "plot", "the errors.png of --out")  # fail now, not after scoring
-    op = load_operator(args.checkpoint, resolve_device(args.device))
+    op = load_trained(args.checkpoint, resolve_device(args.device))
     datasets, source = {}, {}
     for path in args.data:
         with open_dataset_file(path) as fh:

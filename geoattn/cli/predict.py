@@ -17,14 +17,16 @@ from ..eval import predict_meshio
 from ..mesh import save_meshio
 from ..mesh.io import read_meshio
 from ..mesh.validation import located
-from ..train import load_operator
+from ..train import load_trained
 from ..train.checkpoint import atomic_path, check_writable
 from ..train.trainer import resolve_device
 from .train import add_device_arg
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True, help="checkpoint written by `geoattn train`")
+    parser.add_argument("--checkpoint", required=True,
+                        help="checkpoint written by `geoattn train`, or a folder of ensemble members "
+                             "member0/, member1/, ... (their mean is predicted)")
     parser.add_argument("--mesh", required=True, help="mesh file with the input field (.vtu, .msh, ...)")
     parser.add_argument("--field", required=True, action="append",
                         help="input point field name (repeat for several channels)")
@@ -38,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     output = check_writable(args.output)
     if not args.name.strip():
         raise ConfigError("--name must be a non-empty field name")
-    op = load_operator(args.checkpoint, resolve_device(args.device))
+    op = load_trained(args.checkpoint, resolve_device(args.device))
     mesh = read_meshio(args.mesh)
     if args.name in mesh.point_data:
         raise ConfigError(f"{args.mesh} already has a point field {args.name!r}; choose another --name")

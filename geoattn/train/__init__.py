@@ -2,7 +2,7 @@
 
 from .checkpoint import load_checkpoint, load_operator, operator_payload, save_checkpoint
 from .distributed import init_distributed
-from .ensemble import Ensemble, load_ensemble, train_ensemble
+from .ensemble import Ensemble, load_ensemble, load_trained, train_ensemble
 from .loss import relative_h1, relative_l2
 from .normalizer import GaussianNormalizer
 from .operator import NormalizedOperator
@@ -22,6 +22,7 @@ __all__ = [
     "load_ensemble",
     "load_checkpoint",
     "load_operator",
+    "load_trained",
     "operator_payload",
     "register_meshes",
     "relative_h1",

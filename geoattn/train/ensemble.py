@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..errors import ConfigError
+from ..errors import CheckpointError, ConfigError
 from .checkpoint import load_operator
 from .operator import NormalizedOperator
 from .trainer import Trainer
@@ -131,13 +131,22 @@ def load_ensemble(out_dir: str | Path, checkpoint: str = "best.pt",
     (``member0/best.pt``, ``member1/best.pt``, ...), in eval mode.
 
     Raises:
-        FileNotFoundError: ``out_dir`` holds no ``member<k>/<checkpoint>``.
+        CheckpointError: ``out_dir`` holds no ``member<k>/<checkpoint>`` (or one that does not load).
     """
     folders = sorted(Path(out_dir).glob("member*"), key=lambda p: int(p.name[6:]) if p.name[6:].isdigit() else -1)
     paths = [f / checkpoint for f in folders if f.name[6:].isdigit() and (f / checkpoint).is_file()]
     if not paths:
-        raise FileNotFoundError(f"no member<k>/{checkpoint} in {out_dir}: train_ensemble(..., out_dir=) writes them")
+        raise CheckpointError(f"no member<k>/{checkpoint} in {out_dir}: train_ensemble(..., out_dir=) or "
+                              "`geoattn train --seed K --out FOLDER/memberK` writes them")
     return Ensemble([load_operator(p, map_location) for p in paths]).eval()
 
 
-__all__ = ["Ensemble", "load_ensemble", "train_ensemble"]
+def load_trained(path: str | Path, map_location: str | torch.device = "cpu") -> nn.Module:
+    """What ``path`` holds, in eval mode: the operator of a checkpoint file
+    (:func:`~geoattn.train.load_operator`), or the :class:`Ensemble` of a folder of members
+    (:func:`load_ensemble`: ``member<k>/best.pt``, as ``train_ensemble(..., out_dir=)`` or
+    ``geoattn train --seed k --out FOLDER/member<k>`` write them)."""
+    return load_ensemble(path, map_location=map_location) if Path(path).is_dir() else load_operator(path, map_location)
+
+
+__all__ = ["Ensemble", "load_ensemble", "load_trained", "train_ensemble"]

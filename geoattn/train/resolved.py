@@ -147,7 +147,10 @@ class ResolvedQuadrature(WrappedOperator):
 def register_meshes(op: torch.nn.Module, meshes: Iterable) -> None:
     """Register ``meshes`` (see :meth:`ResolvedQuadrature.register`) with the
     :class:`ResolvedQuadrature` that ``op`` is or wraps as its model (a
-    :class:`~geoattn.train.NormalizedOperator`'s); nothing for any other operator."""
+    :class:`~geoattn.train.NormalizedOperator`'s), or with those of every member of an
+    :class:`~geoattn.train.Ensemble`; nothing for any other operator."""
+    for member in getattr(op, "members", ()):  # an ensemble: each member has its own
+        register_meshes(member, meshes)
     for module in (op, getattr(op, "model", None)):
         if isinstance(module, ResolvedQuadrature):
             module.register(meshes)

@@ -307,3 +307,48 @@ def test_train_on_the_symmetries_of_the_training_mesh(trained, tmp_path, capsys)
     assert "--symmetries must be" in capsys.readouterr().err
     assert main(run + ["--out", str(tmp_path / "bad"), "--symmetry-angle", "45"]) == 2
     assert "--symmetry-angle without --symmetries" in capsys.readouterr().err
+
+
+def test_a_folder_of_members_evaluates_and_predicts_as_their_mean(trained, tmp_path, capsys):
+    """Members trained with `--seed K --out FOLDER/memberK` (supersampled, so every member refines
+    each mesh it is given) are scored and predicted from FOLDER as their mean; a folder with no
+    members is refused in one line."""
+    from geoattn.data import DarcyDataset
+    from geoattn.train import Ensemble, evaluate_errors, load_trained, register_meshes
+
+    _, data = trained
+    config = tmp_path / "c.toml"
+    config.write_text('[model]\nname = "mesh_fno"\nwidth = 8\ndepth = 1\nmodes = 2\n')
+    for k in range(2):
+        assert main(["train", str(data), "--mesh", "train", "--config", str(config), "--epochs", "1",
+                     "--batch-size", "2", "--seed", str(k), "--supersample", "2",
+                     "--out", str(tmp_path / "ens" / f"member{k}"), "--no-progress"]) == 0
+    ens = load_trained(tmp_path / "ens")
+    assert isinstance(ens, Ensemble) and len(ens) == 2
+    members = [load_operator(tmp_path / "ens" / f"member{k}" / "best.pt") for k in range(2)]
+    assert not torch.equal(members[0].model.op.lift[0].weight, members[1].model.op.lift[0].weight)
+
+    assert main(["evaluate", str(tmp_path / "ens"), str(data), "--out", str(tmp_path / "ev")]) == 0
+    with open(tmp_path / "ev" / "crossmesh.csv") as fh:
+        scored = {r["mesh"]: float(r["mean"]) for r in csv.DictReader(fh)}
+    ds = DarcyDataset(data, mesh="graded")
+    graded = [ds[i] for i in range(len(ds))]
+    ours = Ensemble(members)
+    register_meshes(ours, graded[:1])  # every member's ResolvedQuadrature
+    assert scored["graded"] == pytest.approx(float(evaluate_errors(ours, graded).mean()), rel=1e-4)
+
+    mesh = meshio.read("meshes/square_graded.vtu")
+    mesh.point_data = {"a": np.exp(np.sin(3 * mesh.points[:, 0]) * mesh.points[:, 1])}
+    save_meshio(tmp_path / "in.vtu", mesh)
+    assert main(["predict", "--checkpoint", str(tmp_path / "ens"), "--mesh", str(tmp_path / "in.vtu"),
+                 "--field", "a", "-o", str(tmp_path / "out.vtu")]) == 0
+    sample = read_mesh(tmp_path / "in.vtu", x="a")
+    register_meshes(ours, [sample])
+    with torch.no_grad():
+        expected = ours(sample.x, sample.pos, sample.weight)
+    torch.testing.assert_close(read_mesh(tmp_path / "out.vtu", x="prediction").x, expected, rtol=1e-5, atol=1e-6)
+
+    (tmp_path / "empty").mkdir()
+    capsys.readouterr()
+    assert main(["evaluate", str(tmp_path / "empty"), str(data)]) == 2
+    assert "no member<k>/best.pt" in capsys.readouterr().err

@@ -4,7 +4,7 @@ members (Jensen), trained reproducibly and read back from their checkpoints."""
 import pytest
 import torch
 
-from geoattn.errors import ConfigError
+from geoattn.errors import CheckpointError, ConfigError
 from geoattn.mesh import families, from_meshio
 from geoattn.models import build_model
 from geoattn.train import Ensemble, NormalizedOperator, load_ensemble, train_ensemble
@@ -96,5 +96,5 @@ def test_train_ensemble_seeds_members_and_reads_back(tmp_path):
 def test_train_ensemble_refuses_bad_settings(tmp_path):
     with pytest.raises(ConfigError, match="members"):
         train_ensemble(lambda: None, [], members=0)
-    with pytest.raises(FileNotFoundError, match="member"):
+    with pytest.raises(CheckpointError, match="member"):
         load_ensemble(tmp_path)
