@@ -81,7 +81,7 @@ def test_ensemble_mean_errs_less_than_its_members_on_average(example, tmp_path):
     inequality), so on every mesh the mean of the report is too; the plot is written."""
     report, correlation = example("ensemble").main(train=12, test=3, val=2, epochs=6, members=2, width=8,
                                                    depth=1, plot=str(tmp_path / "e.png"))
-    for mesh in ("train", "graded"):
+    for mesh in ("train", "other"):
         members = [report.mean(f"member {k}", mesh) for k in range(2)]
         assert report.mean("mean of 2", mesh) <= sum(members) / 2 + 1e-7
     assert -1 <= correlation <= 1 and (tmp_path / "e.png").stat().st_size > 0
