@@ -24,7 +24,9 @@ Two ways to make the race fair:
 
 Every model is scored after its last epoch, or with ``--validation K`` at its best epoch on ``K``
 more samples of the training mesh (the same for every model; scored after every epoch, which
-the CPU-clock probe counts), as a user keeping ``best.pt`` would.
+the CPU-clock probe counts), as a user keeping ``best.pt`` would. With ``--ensemble K`` every
+model is ``K`` members (seeds ``0..K-1``), each trained for ``1/K`` of the budget (or for
+``--epochs`` each without one), and their mean (:class:`geoattn.train.Ensemble`) is scored.
 
 Domains (``--domain``): ``square`` (the unit square: irregular training mesh, its refinement, a
 graded and a foreign irregular mesh), ``lshape`` (the L-shape ``[-1, 1]^2`` minus a quadrant:
