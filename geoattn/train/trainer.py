@@ -210,6 +210,9 @@ class Trainer:
                  device: str | torch.device | None = None, precision: str = "fp32",
                  workers: int = 0, pin_memory: bool | None = None,
                  tensorboard: bool | str | Path = False, restore_best: bool = False):
+        if isinstance(getattr(operator, "members", None), torch.nn.ModuleList):
+            raise ConfigError(f"a Trainer fits one operator, not an ensemble of {len(operator.members)}: train "
+                              "each member, or build the ensemble with geoattn.train.train_ensemble")
         self.operator = operator
         self.restore_best = restore_best
         self.out_dir = Path(out_dir) if out_dir is not None else None

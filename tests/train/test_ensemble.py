@@ -93,6 +93,13 @@ def test_train_ensemble_seeds_members_and_reads_back(tmp_path):
         assert not torch.equal(ens.members[0](s.x, s.pos, s.weight), ens.members[1](s.x, s.pos, s.weight))
 
 
+def test_a_trainer_refuses_an_ensemble():
+    from geoattn.train import Trainer
+
+    with pytest.raises(ConfigError, match="train_ensemble"):
+        Trainer(Ensemble([NormalizedOperator(_model(0).float()), NormalizedOperator(_model(1).float())]))
+
+
 def test_train_ensemble_refuses_bad_settings(tmp_path):
     with pytest.raises(ConfigError, match="members"):
         train_ensemble(lambda: None, [], members=0)
