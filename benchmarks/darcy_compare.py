@@ -66,9 +66,11 @@ import inspect
 import io
 import json
 import logging
+import multiprocessing
 import os
 import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -82,7 +84,7 @@ from timing import machine as describe_machine
 from geoattn.data.darcy import darcy_samples
 from geoattn.data.grf import preset
 from geoattn.mesh.symmetry import augment, dihedral
-from geoattn.eval import ResolvedQuadrature, cross_mesh_report, training_size
+from geoattn.eval import CrossMeshReport, ResolvedQuadrature, cross_mesh_report, training_size
 from geoattn.mesh import families
 from geoattn.mesh.interpolation import linear_interpolation
 from geoattn.mesh.refinement import refine_to
@@ -116,6 +118,7 @@ class Scale:
     clock: str = "wall"  # what ``seconds`` counts: wall time, or the process's CPU time ("cpu")
     validation: int = 0  # held-out samples on the training mesh: each model keeps its best epoch on them
     ensemble: int = 1  # members per model, each trained for 1 / ensemble of the budget; scored as their mean
+    data_workers: int = 1  # processes solving the Darcy samples (the samples do not depend on it)
 
 
 SCALES = {
@@ -597,6 +600,26 @@ def budget_epochs(op: NormalizedOperator, train: list, scale: Scale, seed: int =
     return max(1, int(scale.seconds / float(np.median(seconds[1:] or seconds))))
 
 
+def solve_samples(meshes: dict, n: int, seed: int, family: str, field, start: int = 0, workers: int = 1) -> dict:
+    """:func:`geoattn.data.darcy.darcy_samples` of samples ``start .. start + n - 1``, solved by
+    ``workers`` processes on contiguous chunks of the indices: sample ``i`` depends only on
+    ``(seed, i)``, so the result is the same for every ``workers``."""
+    workers = max(1, min(workers, n))
+    if workers == 1:
+        return darcy_samples(meshes, n, seed, family, field, start=start)
+    bounds = np.linspace(start, start + n, workers + 1).round().astype(int)
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        parts = list(pool.map(_solve_chunk, [(meshes, int(b - a), seed, family, field, int(a))
+                                             for a, b in zip(bounds[:-1], bounds[1:])]))
+    return {name: [d for part in parts for d in part[name]] for name in meshes}
+
+
+def _solve_chunk(job):
+    meshes, n, seed, family, field, start = job
+    torch.set_num_threads(1)
+    return darcy_samples(meshes, n, seed, family, field, start=start)
+
+
 def coefficient_field(meshes: dict):
     """The coefficient field preset on the bounding box of all the domain's meshes."""
     points = np.concatenate([m.points[:, :2] for m in meshes.values()])
@@ -608,8 +631,8 @@ def reference_targets(meshes: dict, scale: Scale, family: str, field, seed: int 
     refined twice, interpolated linearly to the mesh's nodes, instead of the mesh's own P1
     solution: a model scored against them is scored against (nearly) the continuum solution,
     the same function on every mesh."""
-    test = darcy_samples({**meshes, "reference": families.refine(meshes["train"], 2)}, scale.n_test, seed,
-                         family, field, start=scale.n_train)
+    test = solve_samples({**meshes, "reference": families.refine(meshes["train"], 2)}, scale.n_test, seed,
+                   family, field, start=scale.n_train, workers=scale.data_workers)
     reference = test.pop("reference")
     out = {}
     for name, samples in test.items():
@@ -629,7 +652,7 @@ def fem_floor(scale: Scale, family: str, domain: str = "square", seed: int = 0) 
     cannot be told apart from this discretisation error below it."""
     meshes = benchmark_meshes(scale.mesh_n, domain)
     field = coefficient_field(meshes)
-    own = darcy_samples(meshes, scale.n_test, seed, family, field, start=scale.n_train)
+    own = solve_samples(meshes, scale.n_test, seed, family, field, start=scale.n_train, workers=scale.data_workers)
     floor = {}
     for name, samples in reference_targets(meshes, scale, family, field, seed).items():
         errors = []
@@ -648,17 +671,28 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
     meshes = benchmark_meshes(scale.mesh_n, domain)
     field = coefficient_field(meshes)
     tic = time.perf_counter()
-    train = darcy_samples({"train": meshes["train"]}, scale.n_train, seed, family, field)["train"]
-    test = darcy_samples(meshes, scale.n_test, seed, family, field, start=scale.n_train)
-    val = darcy_samples({"train": meshes["train"]}, scale.validation, seed, family, field,
-                        start=scale.n_train + scale.n_test)["train"] if scale.validation else None
+    workers = scale.data_workers
+    train = solve_samples({"train": meshes["train"]}, scale.n_train, seed, family, field, workers=workers)["train"]
+    test = solve_samples(meshes, scale.n_test, seed, family, field, start=scale.n_train, workers=workers)
+    val = solve_samples({"train": meshes["train"]}, scale.validation, seed, family, field,
+                  start=scale.n_train + scale.n_test, workers=workers)["train"] if scale.validation else None
     log.info("%s: data in %.1f s", family, time.perf_counter() - tic)
     if scale.symmetries:
         train = augment(train, SYMMETRIES[domain])  # |G| images of every training sample, checked
     train = [d.to(device) for d in train]
     val = None if val is None else [d.to(device) for d in val]
     test = {k: [d.to(device) for d in v] for k, v in test.items()}
-    rows, operators = {}, {}
+    rows, operators, failed = {}, {}, {}
+
+    def fail(name: str, err: BaseException):  # the race goes on without the model, which is named
+        failed[name] = f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:160]}"
+        log.error("%s %s failed: %s", family, name, failed[name])
+        rows.pop(name, None)
+        operators.pop(name, None)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    report = CrossMeshReport({mesh: samples[0].num_nodes for mesh, samples in test.items()}, "train")
     size = supersampled_size(scale.mesh_n, domain, scale.supersample)
     for name, make in model_factories(scale, names, domain).items():
         def build(name=name, make=make):
@@ -669,15 +703,19 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
             return NormalizedOperator(model).to(device)  # patched models: the trainer fits the partition
 
         torch.manual_seed(seed)
-        # each of the ensemble's members trains for its share of the budget
-        epochs = scale.epochs if scale.seconds is None else budget_epochs(
-            build(), train, replace(scale, seconds=scale.seconds / scale.ensemble), seed, val)
-        cpu = time.process_time()
-        with PeakMemory(device) as mem:
-            ensemble = train_ensemble(build, train, val, members=scale.ensemble, seed=seed, epochs=epochs,
-                                      batch_size=scale.batch_size, lr=scale.lr, weight_decay=scale.weight_decay,
-                                      progress=False, restore_best=bool(val))  # a validation set: its best epoch
-        cpu = time.process_time() - cpu
+        try:
+            # each of the ensemble's members trains for its share of the budget
+            epochs = scale.epochs if scale.seconds is None else budget_epochs(
+                build(), train, replace(scale, seconds=scale.seconds / scale.ensemble), seed, val)
+            cpu = time.process_time()
+            with PeakMemory(device) as mem:
+                ensemble = train_ensemble(build, train, val, members=scale.ensemble, seed=seed, epochs=epochs,
+                                          batch_size=scale.batch_size, lr=scale.lr, weight_decay=scale.weight_decay,
+                                          progress=False, restore_best=bool(val))  # a validation set: its best
+            cpu = time.process_time() - cpu
+        except RuntimeError as err:  # out of memory (torch.OutOfMemoryError), a device error, a diverged loss
+            fail(name, err)
+            continue
         op = ensemble if scale.ensemble > 1 else ensemble.members[0]
         seconds = [h["seconds"] for history in ensemble.histories for h in history]
         rows[name] = {"parameters": sum(p.numel() for p in op.parameters() if p.requires_grad),
@@ -695,7 +733,13 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
                                   val_errors=[h[b]["val"] for h, b in zip(ensemble.histories, best)])
         operators[name] = op
         log.info("%s %s: %s", family, name, rows[name])
-    report = cross_mesh_report(operators, test, reference="train", batch_size=scale.batch_size)
+        try:  # scored as soon as trained (its line is in the log if the run is cut short)
+            report.errors.update(cross_mesh_report({name: op}, test, reference="train",
+                                                   batch_size=scale.batch_size).errors)
+        except (RuntimeError, ValueError) as err:  # out of memory, non-finite errors
+            fail(name, err)
+            continue
+        log.info("%s %s: test %s", family, name, {mesh: round(report.mean(name, mesh), 4) for mesh in report.nodes})
     scored = {"test": report}
     if reference:
         targets = reference_targets(meshes, scale, family, field, seed)
@@ -721,7 +765,7 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
             rows[name]["worst_over_train" + key[len("test"):]] = max(list(errors.values())[1:]) / errors["train"]
             # every test sample's error, for statistics other than the mean (e.g. the RMS)
             rows[name].setdefault("samples", {})[key] = {mesh: e.tolist() for mesh, e in rep.errors[name].items()}
-    return {"nodes": report.nodes, "models": rows, "report": report, "operators": operators}
+    return {"nodes": report.nodes, "models": rows, "failed": failed, "report": report, "operators": operators}
 
 
 #: Scores besides the default one (each mesh's own targets), by result key, with their titles.
@@ -770,6 +814,9 @@ def markdown(results: dict, scale: Scale) -> str:
         if best:
             out.append(f"Scored at the best epoch on {scale.validation} validation samples (`--validation`): "
                        + ", ".join(best) + ".\n")
+        if res.get("failed"):
+            out.append("Failed, left out: " + "; ".join(f"`{name}` ({why})" for name, why in res["failed"].items())
+                       + ".\n")
         for key, title in EXTRA_SCORES.items():
             if not all(key in r for r in res["models"].values()):
                 continue
@@ -813,6 +860,7 @@ def table(results: dict) -> str:
             elif "best_epoch" in r:
                 lines.append(f"  scored at epoch {r['best_epoch']} of {epochs}, its best on the validation "
                              f"samples ({r['val_error']:.4f})")
+        lines += [f"{name:<{width}}failed: {why}" for name, why in res.get("failed", {}).items()]
     return "\n".join(lines)
 
 
@@ -894,6 +942,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--domain", default="square", choices=DOMAINS, help="training domain (default square)")
     parser.add_argument("--out", type=Path, help="folder for results.json, table.md and the plots")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
+    parser.add_argument("--data-workers", type=int,
+                        help="processes solving the Darcy samples (the same samples for any number; default 1)")
     parser.add_argument("--combine", nargs="+", type=Path, metavar="RESULTS_JSON",
                         help="train nothing: merge the models of earlier runs of one scale into --out")
     parser.add_argument("--reference-targets", action="store_true",

@@ -48,34 +48,44 @@ class _InertModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
-def _torchvision_failed(err: BaseException) -> bool:
+#: Packages PhysicsNeMo imports that Transolver's code never calls: each is replaced by an inert
+#: stand-in when it is missing or fails to load (torchvision: see above; warp-lang, a 150 MB wheel,
+#: serves PhysicsNeMo's finite-difference kernels only).
+STAND_INS = ("torchvision", "warp", "s3fs")
+
+
+def _stand_in_needed(err: BaseException) -> str | None:
+    """The package of :data:`STAND_INS` whose absence or failure ``err`` reports, else ``None``."""
     if isinstance(err, ModuleNotFoundError):
-        return (err.name or "").split(".")[0] == "torchvision"
-    return "torchvision" in str(err)
+        name = (err.name or "").split(".")[0]
+        return name if name in STAND_INS else None
+    return next((name for name in STAND_INS if f"{name}::" in str(err) or f"'{name}'" in str(err)), None)
 
 
 def load_transolver():
     """PhysicsNeMo's ``Transolver`` class, or ``None`` when PhysicsNeMo is not installed.
 
     Raises:
-        ImportError: PhysicsNeMo is installed but fails to import for another reason than
-            torchvision (the message names the missing piece).
+        ImportError: PhysicsNeMo is installed but fails to import for another reason than a
+            package of :data:`STAND_INS` (the message names the missing piece).
     """
-    try:
-        from physicsnemo.models.transolver import Transolver
-        return Transolver
-    except ModuleNotFoundError as err:
-        if (err.name or "").split(".")[0] == "physicsnemo":
-            return None
-        if not _torchvision_failed(err):
-            raise
-    except (RuntimeError, ImportError) as err:
-        if not _torchvision_failed(err):
-            raise
-    for name in [n for n in sys.modules if n.split(".")[0] in ("torchvision", "timm", "physicsnemo")]:
-        del sys.modules[name]  # the half-imported packages, before importing them again
-    sys.meta_path.insert(0, _InertModules("torchvision"))
-    log.warning("torchvision does not load with this torch: PhysicsNeMo's Transolver is imported with "
-                "an inert stand-in for torchvision, which its code does not call")
-    from physicsnemo.models.transolver import Transolver
+    stood_in = []
+    while True:
+        try:
+            from physicsnemo.models.transolver import Transolver
+            break
+        except (RuntimeError, ImportError) as err:
+            if isinstance(err, ModuleNotFoundError) and (err.name or "").split(".")[0] == "physicsnemo":
+                return None
+            package = _stand_in_needed(err)
+            if package is None or package in stood_in:
+                raise
+        for name in [n for n in sys.modules if n.split(".")[0] in ("physicsnemo", "timm", *STAND_INS)
+                     and n.split(".")[0] not in stood_in]:
+            del sys.modules[name]  # the half-imported packages, before importing them again
+        sys.meta_path.insert(0, _InertModules(package))
+        stood_in.append(package)
+    if stood_in:
+        log.warning("PhysicsNeMo's Transolver is imported with inert stand-ins for %s, which its code does "
+                    "not call (missing or failing to load here)", ", ".join(stood_in))
     return Transolver

@@ -3,9 +3,10 @@
 Each (model, N) runs in a fresh process: build the model (width 32, depth 2, float32), draw N
 uniform random nodes of the unit square with uniform weights, run one untimed and one timed
 forward pass without gradients, and report the seconds and the peak resident memory added by
-the forward passes (``ru_maxrss`` after minus before; CPU). A run that exceeds ``--timeout``
-seconds is reported as such. Quadratic-cost models (TNO's dense attention) are not tried beyond
-``--quadratic-max`` nodes. Run ``python benchmarks/scale.py [--nodes 1e4 1e5 1e6]``.
+the forward passes (``ru_maxrss`` after minus before; CPU), or with ``--device cuda`` the time between
+synchronisations of the device and the CUDA allocator's peak above the memory held before the
+passes (the model and the inputs). A run that exceeds ``--timeout`` seconds is reported as such. Quadratic-cost models (TNO's dense attention) are not tried beyond
+``--quadratic-max`` nodes. Run ``python benchmarks/scale.py [--nodes 1e4 1e5 1e6] [--device cuda]``.
 """
 
 from __future__ import annotations
@@ -32,27 +33,37 @@ import json, math, resource, sys, time
 import torch
 from geoattn.models import build_model
 torch.set_num_threads({threads})
-name, n, kw = {name!r}, {n}, {kw!r}
+name, n, kw, device = {name!r}, {n}, {kw!r}, torch.device({device!r})
+cuda = device.type == "cuda"
 if name == "gno":
     kw = dict(kw, radius=math.sqrt(16 / (math.pi * n)))
 torch.manual_seed(0)
-model = build_model(name, in_channels=1, out_channels=1, dim=2, width=32, depth=2, **kw).eval()
-pos = torch.rand(n, 2)
-x, w = torch.sin(6 * pos[:, :1]), torch.full((n,), 1.0 / n)
+model = build_model(name, in_channels=1, out_channels=1, dim=2, width=32, depth=2, **kw).eval().to(device)
+pos = torch.rand(n, 2, device=device)
+x, w = torch.sin(6 * pos[:, :1]), torch.full((n,), 1.0 / n, device=device)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 with torch.no_grad():
     model(x, pos, w)
+    if cuda:
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        held = torch.cuda.memory_allocated(device)
     tic = time.perf_counter()
     out = model(x, pos, w)
+    if cuda:
+        torch.cuda.synchronize(device)
     seconds = time.perf_counter() - tic
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-print(json.dumps({{"seconds": seconds, "peak_mib": peak / 1024, "finite": bool(torch.isfinite(out).all())}}))
+if cuda:
+    peak = (torch.cuda.max_memory_allocated(device) - held) / 2**20
+else:
+    peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+print(json.dumps({{"seconds": seconds, "peak_mib": peak, "finite": bool(torch.isfinite(out).all())}}))
 """
 
 
-def run(name: str, n: int, threads: int, timeout: float) -> dict:
+def run(name: str, n: int, threads: int, timeout: float, device: str = "cpu") -> dict:
     kw, _ = MODELS[name]
-    code = _RUN.format(threads=threads, name=name, n=n, kw=kw)
+    code = _RUN.format(threads=threads, name=name, n=n, kw=kw, device=device)
     try:
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               timeout=timeout)
@@ -71,6 +82,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--quadratic-max", type=float, default=1e5)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda: device time and CUDA allocator peak")
     args = parser.parse_args(argv)
     results = {}
     print(f"{'model':<10}{'nodes':>10}{'forward s':>12}{'peak MiB':>10}  status")
@@ -79,7 +91,7 @@ def main(argv: list[str] | None = None) -> dict:
             if not MODELS[name][1] and n > args.quadratic_max:
                 r = {"status": "not tried (quadratic cost)"}
             else:
-                r = run(name, n, args.threads, args.timeout)
+                r = run(name, n, args.threads, args.timeout, args.device)
             results[f"{name}@{n}"] = r
             secs = f"{r['seconds']:.3f}" if "seconds" in r else "-"
             mem = f"{r['peak_mib']:.0f}" if "peak_mib" in r else "-"

@@ -107,14 +107,33 @@ def sample_errors(operator: torch.nn.Module, batch, h1: bool = False, *,
 @torch.no_grad()
 def evaluate_errors(operator: NormalizedOperator, samples: Sequence, batch_size: int = 4,
                     h1: bool = False) -> torch.Tensor:
-    """Relative errors ``[S]`` of ``operator`` on every sample (eval mode, no gradients)."""
+    """Relative errors ``[S]`` of ``operator`` on every sample (eval mode, no gradients).
+
+    A batch that runs the GPU out of memory is tried again in halves, down to one sample at a
+    time (logged; the errors are per sample, so they do not depend on the batch size): a model
+    trained on a coarse mesh can meet a finer one with many more edges or nodes per sample.
+    """
     was_training = operator.training
     operator.eval()
     device = next(operator.parameters()).device
-    errors = [sample_errors(operator, collate([samples[j] for j in range(i, min(i + batch_size, len(samples)))],
-                                              h1).to(device), h1)
-              for i in range(0, len(samples), batch_size)]
-    operator.train(was_training)
+    errors, start, size = [], 0, max(1, batch_size)
+    try:
+        while start < len(samples):
+            batch = [samples[j] for j in range(start, min(start + size, len(samples)))]
+            try:
+                errors.append(sample_errors(operator, collate(batch, h1).to(device), h1))
+            except torch.OutOfMemoryError:
+                if size == 1:
+                    raise
+                size = max(1, size // 2)  # out of the handler first: its frames hold the tensors
+            else:
+                start += len(batch)
+                continue
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            log.warning("out of memory on %s: evaluating %d sample(s) at a time", device, size)
+    finally:
+        operator.train(was_training)
     return torch.cat(errors)
 
 
@@ -185,7 +204,7 @@ class Trainer:
             for lazily read datasets (:class:`~geoattn.data.DarcyDataset`); the batches are the
             same for any number of workers.
         pin_memory: batches in page-locked memory, for faster copies to a GPU (default ``None``:
-            when the device is CUDA).
+            when the device is CUDA). Samples already on a GPU are never pinned.
         tensorboard: also log the ``metrics.csv`` columns (``train``, ``val``, ``lr``,
             ``seconds``) per epoch for TensorBoard, in ``out_dir/tensorboard`` (``True``) or in
             the folder given; needs the ``tensorboard`` extra (default ``False``).
@@ -337,7 +356,8 @@ class Trainer:
                 if device.type == "cuda" else None
             step_model = torch.nn.parallel.DistributedDataParallel(op, device_ids=ids)
         batches = EpochBatches(len(train), self.batch_size, self.seed, self.rank, self.world)
-        loader = batch_loader(train, batches, self.h1, self.workers, self.pin_memory)
+        pin = self.pin_memory and train[0].pos.device.type == "cpu"  # only host memory can be pinned
+        loader = batch_loader(train, batches, self.h1, self.workers, pin)
         bar = progress_bar(total=(self.epochs - start) * steps, enabled=self.progress and self.rank == 0,
                            desc="train", unit="step", leave=False)
         with self._summary_writer(start) as board:  # None without TensorBoard
@@ -348,7 +368,7 @@ class Trainer:
                 op.train()
                 total = torch.zeros(2, dtype=torch.float64, device=device)  # [sum of errors, count]
                 for step, batch in enumerate(loader):
-                    batch = batch.to(device, non_blocking=self.pin_memory)
+                    batch = batch.to(device, non_blocking=pin)
                     errors = self._errors(step_model, batch)
                     loss = errors.mean()  # quadrature-ok: mean over samples
                     if not torch.isfinite(loss):

@@ -180,6 +180,41 @@ def test_tiny_run_on_the_disk_with_holes(script):
         assert all(0 < e < 2 for e in row["test"].values())
 
 
+def test_samples_solved_by_several_processes_are_the_same_samples(script):
+    """``--data-workers``: chunks of the indices solved in other processes, put back in order."""
+    meshes = script.benchmark_meshes(5)
+    field = script.coefficient_field(meshes)
+    one = script.solve_samples(meshes, 5, 3, "lognormal", field, start=2)
+    three = script.solve_samples(meshes, 5, 3, "lognormal", field, start=2, workers=3)
+    assert list(three) == list(meshes)
+    for name in meshes:
+        assert len(three[name]) == 5
+        for a, b in zip(one[name], three[name]):
+            assert torch.equal(a.x, b.x) and torch.equal(a.y, b.y) and torch.equal(a.pos, b.pos)
+    assert not torch.equal(one["train"][0].x, one["train"][1].x)  # in order, not one sample repeated
+
+
+def test_a_failing_model_is_left_out_and_named(script, monkeypatch, tmp_path):
+    """A model that fails (here: out of memory in its first training step) does not stop the race:
+    the others are trained and scored, and the failure is named in the table and the results."""
+    import geoattn.train.trainer as trainer_module
+
+    plain = trainer_module.Trainer.fit
+
+    def fit(self, train, *args, **kwargs):
+        if type(self.operator.model).__name__ == "TNO":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 154.31 GiB (simulated)")
+        return plain(self, train, *args, **kwargs)
+
+    monkeypatch.setattr(trainer_module.Trainer, "fit", fit)
+    results = script.main(["--scale", "tiny", "--families", "piecewise", "--models", "tno", "galerkin",
+                           "--out", str(tmp_path)])
+    res = results["piecewise"]
+    assert list(res["models"]) == ["galerkin"] and set(res["report"].errors) == {"galerkin"}
+    assert res["failed"] == {"tno": "OutOfMemoryError: CUDA out of memory. Tried to allocate 154.31 GiB (simulated)"}
+    assert "tno" in script.table(results) and "Failed, left out: `tno`" in (tmp_path / "table.md").read_text()
+
+
 def test_fem_floor_falls_under_refinement(script):
     """The targets' own discretisation error: positive on every mesh, and on the refined
     training mesh (h/2) at most about a quarter of the training mesh's, as P1 elements converge
@@ -224,12 +259,14 @@ def test_inert_stand_in_answers_every_import_of_its_package(load_script, monkeyp
         monkeypatch.delitem(sys.modules, name)
 
 
-def test_torchvision_failures_are_told_apart(load_script):
+def test_stand_ins_only_for_packages_transolver_never_calls(load_script):
     pt = load_script("physicsnemo_transolver")
-    missing = ModuleNotFoundError("No module named 'torchvision'", name="torchvision")
-    assert pt._torchvision_failed(missing)
-    assert pt._torchvision_failed(RuntimeError("operator torchvision::nms does not exist"))
-    assert not pt._torchvision_failed(ModuleNotFoundError("No module named 'warp'", name="warp"))
+    assert pt._stand_in_needed(ModuleNotFoundError("No module named 'torchvision'", name="torchvision")) == "torchvision"
+    assert pt._stand_in_needed(RuntimeError("operator torchvision::nms does not exist")) == "torchvision"
+    assert pt._stand_in_needed(ModuleNotFoundError("No module named 'warp'", name="warp")) == "warp"
+    assert pt._stand_in_needed(ModuleNotFoundError("No module named 'warp.fem'", name="warp.fem")) == "warp"
+    assert pt._stand_in_needed(ModuleNotFoundError("No module named 'tensordict'", name="tensordict")) is None
+    assert pt._stand_in_needed(ImportError("cannot import name 'Mlp' from 'physicsnemo.nn'")) is None
 
 
 def test_transolver_joins_the_race_when_physicsnemo_is_installed(script):

@@ -3,10 +3,7 @@ import torch
 
 from geoattn.mesh import families, from_meshio
 
-
-def smooth_input(pos):
-    """A smooth two-channel input function of the coordinates."""
-    return torch.stack([torch.sin(2 * pos[:, 0]) * torch.cos(pos[:, 1]), pos[:, 0] * pos[:, 1]], 1)
+from smooth_inputs import smooth_input
 
 
 @pytest.fixture(scope="session")

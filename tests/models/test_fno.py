@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import smooth_input
+from smooth_inputs import smooth_input
 
 from geoattn import testing
 from geoattn.mesh import families

@@ -1,7 +1,7 @@
 """The slice transformer: mesh-refinement convergence, batching, and a trained model transferring."""
 
 import torch
-from conftest import smooth_input
+from smooth_inputs import smooth_input
 
 from geoattn import testing
 from geoattn.mesh import families

@@ -16,7 +16,7 @@ SCRIPT = """
 import sys
 sys.path.insert(0, {here!r})
 import torch
-from conftest import toy_samples
+from toy_operator import toy_samples
 from geoattn.models import build_model
 from geoattn.train import NormalizedOperator, Trainer, init_distributed
 init_distributed()

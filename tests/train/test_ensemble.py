@@ -9,7 +9,7 @@ from geoattn.mesh import families, from_meshio
 from geoattn.models import build_model
 from geoattn.train import Ensemble, NormalizedOperator, load_ensemble, train_ensemble
 
-from conftest import toy_samples
+from toy_operator import toy_samples
 
 
 def _model(seed, out_channels=1):

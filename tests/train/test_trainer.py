@@ -43,7 +43,7 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path, samples):
         import torch
         torch.set_num_threads({torch.get_num_threads()})  # the reduction order of this process
         sys.path.insert(0, {str(HERE)!r})
-        from conftest import toy_samples
+        from toy_operator import toy_samples
         from test_trainer import _fit
         def kill(epoch, step):
             if epoch == 2 and step == 1:
@@ -182,6 +182,36 @@ def test_tensorboard_without_the_package_names_the_extra(monkeypatch, tmp_path):
         Trainer(_operator(), tensorboard=True)
 
 
+def test_evaluation_out_of_memory_halves_the_batch(samples, monkeypatch, caplog):
+    """A batch the device cannot hold is split until it fits: the same per-sample errors, in order;
+    one sample that does not fit is still an error."""
+    import geoattn.train.trainer as trainer_module
+
+    op = _operator()
+    expected = evaluate_errors(op, samples, batch_size=1)
+    plain, sizes = trainer_module.sample_errors, []
+
+    def limited(operator, batch, h1=False):
+        sizes.append(int(batch.num_graphs))
+        if batch.num_graphs > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return plain(operator, batch, h1)
+
+    monkeypatch.setattr(trainer_module, "sample_errors", limited)
+    with caplog.at_level("WARNING", logger="geoattn.train.trainer"):
+        errors = evaluate_errors(op, samples[:7], batch_size=5)
+    torch.testing.assert_close(errors, expected[:7])
+    assert sizes == [5, 2, 2, 2, 1] and "2 sample(s) at a time" in caplog.text
+    assert op.training
+
+    def never(operator, batch, h1=False):
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(trainer_module, "sample_errors", never)
+    with pytest.raises(torch.OutOfMemoryError):
+        evaluate_errors(op, samples[:3], batch_size=4)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
@@ -200,6 +230,17 @@ def test_cuda_autocast_trains_and_resumes(tmp_path, samples, precision):
     assert next(op.parameters()).device.type == "cuda"
     state = load_checkpoint(tmp_path / "last.pt")
     assert state["trainer"]["precision"] == precision and ("scaler" in state) == (precision == "fp16")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_samples_already_on_the_gpu_train_unpinned(samples):
+    # pinning is for host memory; samples moved to the device beforehand skip it
+    on_gpu = [d.to("cuda") for d in samples[:4]]
+    trainer = Trainer(_operator(), epochs=1, batch_size=2, progress=False, device="cuda")
+    assert trainer.pin_memory
+    history = trainer.fit(on_gpu, on_gpu[:2])
+    assert len(history) == 1 and torch.isfinite(torch.tensor(history[0]["val"]))
 
 
 def test_restore_best_ends_with_the_weights_of_the_best_validation_epoch(tmp_path, samples):
