@@ -6,8 +6,11 @@ torchvision loads next to a CPU-only torch 2.13 from the package index: the whee
 torch is a CUDA build whose extension needs ``libtorch_cuda.so`` (``RuntimeError: operator
 torchvision::nms does not exist``). Installing ``nvidia-physicsnemo`` with its dependencies
 instead replaces torch with a CUDA build of a newer version. So :func:`load_transolver` first tries
-the plain import, and only if torchvision is missing or fails to load it imports PhysicsNeMo again
-with an inert stand-in module for torchvision (every attribute a placeholder), and logs that it did.
+the plain import, and only if a package of :data:`STAND_INS` (torchvision; warp-lang, a 150 MB
+wheel serving PhysicsNeMo's finite-difference kernels; s3fs, for remote files) is missing or fails
+to load it imports PhysicsNeMo again with an inert stand-in module for it (every attribute a
+placeholder), and logs which ones it used. On the GPU machines, where torchvision loads, warp and
+s3fs were the stand-ins.
 
 Install, next to the CPU torch (the import-time dependencies, without their own dependencies)::
 
