@@ -81,11 +81,11 @@ from scipy.spatial import Delaunay
 
 from timing import machine as describe_machine
 
-from geoattn.data.darcy import darcy_samples
+from geoattn.data.darcy import DarcyProblem, darcy_samples, sample_data, solve_sample
 from geoattn.data.grf import preset
 from geoattn.mesh.symmetry import augment, dihedral
 from geoattn.eval import CrossMeshReport, ResolvedQuadrature, cross_mesh_report, training_size
-from geoattn.mesh import families
+from geoattn.mesh import families, from_meshio
 from geoattn.mesh.interpolation import linear_interpolation
 from geoattn.mesh.refinement import refine_to
 from geoattn.models import MODELS, NeuralOperator, build_model
@@ -603,21 +603,36 @@ def budget_epochs(op: NormalizedOperator, train: list, scale: Scale, seed: int =
 def solve_samples(meshes: dict, n: int, seed: int, family: str, field, start: int = 0, workers: int = 1) -> dict:
     """:func:`geoattn.data.darcy.darcy_samples` of samples ``start .. start + n - 1``, solved by
     ``workers`` processes on contiguous chunks of the indices: sample ``i`` depends only on
-    ``(seed, i)``, so the result is the same for every ``workers``."""
+    ``(seed, i)``, so the result is the same for every ``workers``. The processes send back the
+    nodal values alone; the samples are built here, on the meshes' shared node data."""
     workers = max(1, min(workers, n))
     if workers == 1:
         return darcy_samples(meshes, n, seed, family, field, start=start)
     bounds = np.linspace(start, start + n, workers + 1).round().astype(int)
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        parts = list(pool.map(_solve_chunk, [(meshes, int(b - a), seed, family, field, int(a))
-                                             for a, b in zip(bounds[:-1], bounds[1:])]))
-    return {name: [d for part in parts for d in part[name]] for name in meshes}
+    # fresh processes with one thread each: the BLAS and OpenMP pools a process starts with would
+    # otherwise each take every core (and gain almost nothing on these small solves)
+    saved = {k: os.environ.get(k) for k in _ONE_THREAD}
+    os.environ.update(_ONE_THREAD)
+    try:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            parts = list(pool.map(_solve_chunk, [(meshes, seed, family, field, int(a), int(b))
+                                                 for a, b in zip(bounds[:-1], bounds[1:])]))
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    bases = {name: from_meshio(mesh) for name, mesh in meshes.items()}
+    return {name: [sample_data(bases[name], *values[name]) for part in parts for values in part]
+            for name in meshes}
 
 
-def _solve_chunk(job):
-    meshes, n, seed, family, field, start = job
-    torch.set_num_threads(1)
-    return darcy_samples(meshes, n, seed, family, field, start=start)
+_ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _solve_chunk(job) -> list[dict]:
+    """The nodal values ``{mesh: (a, u)}`` of samples ``lo .. hi - 1``."""
+    meshes, seed, family, field, lo, hi = job
+    problems = {name: DarcyProblem(mesh) for name, mesh in meshes.items()}
+    return [solve_sample(problems, field, seed, i, family) for i in range(lo, hi)]
 
 
 def coefficient_field(meshes: dict):
