@@ -29,7 +29,13 @@ change under them either; that is not checked. The validation samples are not ca
 Every setting is checked before any work: a wrong type or an out-of-range value (``width = 0``,
 ``--lr nan``, ``--val-fraction 1``) raises :class:`~geoattn.errors.ConfigError` naming it. The same
 ``--seed`` gives the same weights. ``--resume`` continues ``OUT/last.pt`` with the model stored in
-it; settings that contradict it are refused. A run is never replaced by accident: an ``OUT`` that
+it; settings that contradict it are refused.
+
+``--ensemble K`` trains ``K`` members, member ``k`` with seed ``SEED + k`` (its initial weights and
+sample order), each with every other setting, into ``OUT/member<k>``: the folder layout of
+:func:`~geoattn.train.train_ensemble`, which ``geoattn evaluate`` and ``predict --checkpoint``
+read as the members' mean (:class:`~geoattn.train.Ensemble`). ``--resume`` continues each
+member from its own ``last.pt`` (members not started yet start). A run is never replaced by accident: an ``OUT`` that
 holds one is refused unless ``--resume`` or ``--overwrite`` is given.
 """
 
@@ -99,6 +105,9 @@ def add_args(parser: argparse.ArgumentParser) -> None:
                              "the training mesh's centroid (4: the square's eight; an integer >= 1)")
     parser.add_argument("--symmetry-angle", type=float, default=0.0, metavar="DEG",
                         help="angle of the first reflection axis of --symmetries, in degrees (default: 0)")
+    parser.add_argument("--ensemble", type=int, default=1, metavar="K",
+                        help="train K members (seeds SEED..SEED+K-1) into OUT/member0.. OUT/member<K-1>; "
+                             "evaluate and predict take OUT and use their mean (default 1: one model in OUT)")
     parser.add_argument("--unweighted", action="store_true", help="node-average ablation")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     parser.add_argument("--overwrite", action="store_true",
@@ -234,10 +243,17 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--unweighted cannot be combined with --supersample: the supersampled model "
                           "integrates with the refined mesh's own weights")
     val_fraction = check_setting("--val-fraction", args.val_fraction, float, 0, 1)
+    members = check_setting("--ensemble", args.ensemble, int, 1)
+    seed = train_kw.pop("seed", 0)
+    if seed + members > SEEDS:
+        raise ConfigError(f"--ensemble {members} from --seed {seed} needs seeds up to {seed + members - 1}; "
+                          f"the largest is {SEEDS - 1}")
     out = check_writable(args.out, folder=True)
-    last = out / "last.pt"
-    if last.exists() and not (args.resume or args.overwrite):
-        raise ConfigError(f"{out} holds a run ({last.name}); give --resume to continue it, --overwrite "
+    folders = [out] if members == 1 else [out / f"member{k}" for k in range(members)]
+    held = [f for f in folders if (f / "last.pt").exists()]
+    if held and not (args.resume or args.overwrite):
+        where = out if members == 1 else f"{out} (in {', '.join(f.name for f in held)})"
+        raise ConfigError(f"{where} holds a run (last.pt); give --resume to continue it, --overwrite "
                           "to replace it, or another --out")
     if args.resume and args.overwrite:
         raise ConfigError("give --resume or --overwrite, not both")
@@ -251,15 +267,29 @@ def run(args: argparse.Namespace) -> int:
         raise DatasetFileError(f"{args.data} holds no samples to train on")
     n_val = math.floor(len(dataset) * val_fraction)
     train, val = dataset[:len(dataset) - n_val], dataset[len(dataset) - n_val:]
+    group = _symmetries(args, dataset[0])
+    if group is not None:
+        train = augment(train, group)  # checked against the training mesh now
+    for k, folder in enumerate(folders):  # member k: seed + k, its own folder
+        _train_one(args, dataset, train, val, group, name, model_kw, dict(train_kw, seed=seed + k),
+                   supersample, folder)
+    if members > 1:
+        print(f"an ensemble of {members} members (seeds {seed}..{seed + members - 1}) in {out}/: "
+              f"geoattn evaluate {out} DATA scores their mean")
+    return 0
+
+
+def _train_one(args: argparse.Namespace, dataset, train, val, group, name: str, model_kw: dict,
+               train_kw: dict, supersample: float | None, out: Path) -> None:
+    """Build one model after seeding, train it into ``out`` (resuming ``out/last.pt`` with
+    ``--resume``), and print its last errors."""
+    last = out / "last.pt"
     state = None
     if args.resume and last.exists():
         state, name, model_kw = _resumed(last, name, model_kw, args)
     first = dataset[0]
     size = _resolve_size(first, dataset.mesh, supersample, state, last)
-    group = _symmetries(args, first)
-    if group is not None:
-        train = augment(train, group)  # checked against the training mesh now
-    torch.manual_seed(train_kw.get("seed", 0))  # before the model: its initial weights follow the seed
+    torch.manual_seed(train_kw["seed"])  # before the model: its initial weights follow the seed
     try:
         model = build_model(name, in_channels=first.x.shape[1], out_channels=first.y.shape[1],
                             dim=first.pos.shape[1], **model_kw)
@@ -279,7 +309,6 @@ def run(args: argparse.Namespace) -> int:
     images = "" if group is None else f" ({len(train) // len(group)} samples x {len(group)} symmetries)"
     print(f"trained {name} on {len(train)} samples{images} of mesh {dataset.mesh!r}: "
           f"train {last_row['train']:.4f}, validation {last_row['val']:.4f}; checkpoints in {out}/")
-    return 0
 
 
 def _symmetries(args: argparse.Namespace, first) -> list | None:

@@ -352,3 +352,49 @@ def test_a_folder_of_members_evaluates_and_predicts_as_their_mean(trained, tmp_p
     capsys.readouterr()
     assert main(["evaluate", str(tmp_path / "empty"), str(data)]) == 2
     assert "no member<k>/best.pt" in capsys.readouterr().err
+
+
+def test_train_ensemble_writes_members_that_equal_single_runs_with_their_seeds(trained, tmp_path, capsys):
+    """`--ensemble 2 --seed 3` trains member k exactly as `--seed 3+k` would (same weights, bit for
+    bit) into OUT/member<k>, which evaluate reads as the members' mean; a second run into the same
+    OUT is refused before any training, --resume completes a run cut off between members, and bad
+    counts are refused."""
+    from geoattn.train import Ensemble, load_trained
+
+    _, data = trained
+    base = ["train", str(data), "--mesh", "train", "--width", "8", "--depth", "1", "--epochs", "1",
+            "--batch-size", "2", "--no-progress"]
+    assert main(base + ["--ensemble", "2", "--seed", "3", "--out", str(tmp_path / "ens")]) == 0
+    assert "an ensemble of 2 members (seeds 3..4)" in capsys.readouterr().out
+    for k in range(2):
+        assert main(base + ["--seed", str(3 + k), "--out", str(tmp_path / f"single{k}")]) == 0
+        member = load_operator(tmp_path / "ens" / f"member{k}" / "last.pt").state_dict()
+        single = load_operator(tmp_path / f"single{k}" / "last.pt").state_dict()
+        assert all(torch.equal(member[key], single[key]) for key in single)
+    assert not (tmp_path / "ens" / "last.pt").exists()
+    ens = load_trained(tmp_path / "ens")
+    assert isinstance(ens, Ensemble) and len(ens) == 2
+
+    before = (tmp_path / "ens" / "member1" / "last.pt").read_bytes()
+    capsys.readouterr()
+    assert main(base + ["--ensemble", "2", "--seed", "3", "--out", str(tmp_path / "ens")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds a run" in err and "member0, member1" in err
+    assert (tmp_path / "ens" / "member1" / "last.pt").read_bytes() == before
+    import shutil
+
+    shutil.rmtree(tmp_path / "ens" / "member1")  # a run cut off before its second member
+    first = load_operator(tmp_path / "ens" / "member0" / "last.pt").state_dict()
+    assert main(base + ["--ensemble", "2", "--seed", "3", "--resume", "--out", str(tmp_path / "ens")]) == 0
+    again = load_operator(tmp_path / "ens" / "member0" / "last.pt").state_dict()
+    assert all(torch.equal(first[key], again[key]) for key in first)  # done: kept
+    member = load_operator(tmp_path / "ens" / "member1" / "last.pt").state_dict()
+    single = load_operator(tmp_path / "single1" / "last.pt").state_dict()
+    assert all(torch.equal(member[key], single[key]) for key in single)  # started, as with its seed
+
+    for bad, words in ((["--ensemble", "0"], "--ensemble must be an integer >= 1"),
+                       (["--ensemble", "3", "--seed", str(2**32 - 2)], "needs seeds up to")):
+        capsys.readouterr()
+        assert main(base + bad + ["--out", str(tmp_path / "bad")]) == 2
+        assert words in capsys.readouterr().err
+    assert not (tmp_path / "bad" / "member0").exists()
