@@ -185,11 +185,11 @@ def test_samples_solved_by_several_processes_are_the_same_samples(script):
     meshes = script.benchmark_meshes(5)
     field = script.coefficient_field(meshes)
     one = script.solve_samples(meshes, 5, 3, "lognormal", field, start=2)
-    three = script.solve_samples(meshes, 5, 3, "lognormal", field, start=2, workers=3)
-    assert list(three) == list(meshes)
+    split = script.solve_samples(meshes, 5, 3, "lognormal", field, start=2, workers=2)
+    assert list(split) == list(meshes)
     for name in meshes:
-        assert len(three[name]) == 5
-        for a, b in zip(one[name], three[name]):
+        assert len(split[name]) == 5
+        for a, b in zip(one[name], split[name]):
             assert torch.equal(a.x, b.x) and torch.equal(a.y, b.y) and torch.equal(a.pos, b.pos)
     assert not torch.equal(one["train"][0].x, one["train"][1].x)  # in order, not one sample repeated
 
