@@ -28,6 +28,11 @@ the CPU-clock probe counts), as a user keeping ``best.pt`` would. With ``--ensem
 model is ``K`` members (seeds ``0..K-1``), each trained for ``1/K`` of the budget (or for
 ``--epochs`` each without one), and their mean (:class:`geoattn.train.Ensemble`) is scored.
 
+Each model is scored as soon as it is trained (its scores are logged then). A model that fails
+(out of memory, a device error, non-finite scores) is left out and named in the table and in
+``results.json``; the others go on. ``--data-workers K`` solves the Darcy samples in ``K``
+processes (the same samples for any ``K``).
+
 Domains (``--domain``): ``square`` (the unit square: irregular training mesh, its refinement, a
 graded and a foreign irregular mesh), ``lshape`` (the L-shape ``[-1, 1]^2`` minus a quadrant:
 jittered training mesh, its refinement, the structured mesh and a finer jittered one) and
