@@ -1,0 +1,15 @@
+"""``benchmarks/fourier_quadrature.py``: both quadratures of the Fourier coefficients converge at
+second order under refinement, and the reference is the refined mesh's own refinement."""
+
+SCRIPT = "fourier_quadrature"  # the ``script`` fixture (conftest.py)
+
+
+def test_nodal_and_p1_coefficients_converge_at_second_order(script):
+    results = script.main(["--mesh-n", "8", "--modes", "2", "--refine", "2"])
+    train, refined = results["train@2"], results["refined@2"]
+    assert refined["nodes"] == 289 and train["nodes"] == 81
+    # halving the edge divides both errors by about 4 (second-order quadrature and interpolation)
+    assert 3.0 < train["nodal"] / refined["nodal"] < 6.0
+    assert 3.0 < train["p1"] / refined["p1"] < 6.0
+    assert refined["p1_floor"] == 0.0  # the reference is that mesh refined
+    assert all(0 < row["p1_floor"] < row["p1"] for key, row in results.items() if not key.startswith("refined"))
