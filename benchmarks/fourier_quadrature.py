@@ -53,13 +53,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--refine", type=int, default=3, help="refinements for the P1 integral (default 3)")
     parser.add_argument("--padding", type=float, default=0.25, help="box padding (default 0.25, mesh_fno's)")
     args = parser.parse_args(argv)
-    torch.set_default_dtype(torch.float64)
     meshes = benchmark_meshes(args.mesh_n)
-    train = from_meshio(meshes["train"])
+    train = from_meshio(meshes["train"], dtype=torch.float64)
     lo, hi = train.pos.min(0).values, train.pos.max(0).values
     box = (lo[None], (lo + (1 + args.padding) * (hi - lo))[None])
-    truth = from_meshio(families.refine(meshes["refined"], args.refine))
-    fine = {name: from_meshio(families.refine(mesh, args.refine)) for name, mesh in meshes.items()}
+    truth = from_meshio(families.refine(meshes["refined"], args.refine), dtype=torch.float64)
+    fine = {name: from_meshio(families.refine(mesh, args.refine), dtype=torch.float64)
+            for name, mesh in meshes.items()}
     results = {}
     print(f"{'mesh':<10}{'nodes':>7}{'K':>4}{'nodal':>11}{'P1':>11}{'P1 floor':>11}")
     for modes in args.modes:
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> dict:
             return float((c - exact).abs().norm() / exact.abs().norm())
 
         for name, mesh in meshes.items():
-            data, refined = from_meshio(mesh), fine[name]
+            data, refined = from_meshio(mesh, dtype=torch.float64), fine[name]
             nodal = coefficients(data.pos, data.weight, function(data.pos), box, modes)
             stencil = linear_interpolation(data.pos, refined.pos)
             p1 = coefficients(refined.pos, refined.weight, stencil(function(data.pos)[:, None])[:, 0], box, modes)

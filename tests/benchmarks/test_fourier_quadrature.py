@@ -13,3 +13,11 @@ def test_nodal_and_p1_coefficients_converge_at_second_order(script):
     assert 3.0 < train["p1"] / refined["p1"] < 6.0
     assert refined["p1_floor"] == 0.0  # the reference is that mesh refined
     assert all(0 < row["p1_floor"] < row["p1"] for key, row in results.items() if not key.startswith("refined"))
+
+
+def test_the_run_leaves_the_default_dtype_alone(script):
+    import torch
+
+    before = torch.get_default_dtype()
+    script.main(["--mesh-n", "4", "--modes", "1", "--refine", "1"])
+    assert torch.get_default_dtype() == before
