@@ -220,8 +220,13 @@ def assert_model_converges(model: torch.nn.Module, function: Callable[[torch.Ten
                            mesh, times: Sequence[int] = (0, 1, 2, 3), order: float = 1.6) -> float:
     """Check that ``model``'s output for ``function`` sampled on uniform refinements of ``mesh``
     converges at the nodes of ``mesh`` (kept first by red refinement) at a fitted order of at
-    least ``order``, against the finest level (max norm; float64). Returns the fitted order."""
+    least ``order``, against the finest level (max norm; float64). Returns the fitted order.
+    The meshes are registered with the model's modules that need them
+    (:func:`~geoattn.mesh.register_meshes`)."""
+    from .mesh import families, register_meshes
+
     samples = refinement_samples(mesh, times, function)
+    register_meshes(model, [families.refine(mesh, t) if t else mesh for t in times])
     n = len(samples[0][1])
     outs = [model(x, pos, w)[:n] for x, pos, w, _ in samples]
     errors = [float((o - outs[-1]).abs().max()) for o in outs[:-1]]
@@ -240,6 +245,9 @@ def assert_batched_equals_separate(model: torch.nn.Module, samples: Sequence, at
 
     from .models import build_model
 
+    from .mesh import register_meshes
+
+    register_meshes(model, samples)
     b = Batch.from_data_list(list(samples))
     alone = torch.cat([model(d.x, d.pos, d.weight) for d in samples])
     _assert_close(model(b.x, b.pos, b.weight, b.batch), alone, "batch vs alone", atol, 0.0)
@@ -247,6 +255,7 @@ def assert_batched_equals_separate(model: torch.nn.Module, samples: Sequence, at
     again = build_model(model.model_name, **model.hparams).to(p.dtype)
     again.load_state_dict(model.state_dict())
     again.train(model.training)
+    register_meshes(again, samples)
     d = samples[0]
     if not torch.equal(again(d.x, d.pos, d.weight), model(d.x, d.pos, d.weight)):
         raise AssertionError(f"{type(model).__name__} rebuilt from its hparams gives other outputs")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from ..train.resolved import register_meshes
+from ..mesh.registry import register_meshes
 from ..train.trainer import evaluate_errors
 
 

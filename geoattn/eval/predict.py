@@ -10,7 +10,7 @@ import torch
 from ..errors import NonFiniteOutputError
 from ..mesh import from_meshio
 from ..mesh.validation import located, validate_field, validate_points, validate_weights
-from ..train.resolved import register_meshes
+from ..mesh.registry import register_meshes
 
 
 @torch.no_grad()

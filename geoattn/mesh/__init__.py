@@ -19,6 +19,7 @@ from .io import from_meshio, read_mesh, read_meshio, save_meshio, to_meshio, wri
 from .neighbors import knn, knn_graph, radius, radius_graph
 from .partition import Partition, partition, patch_centroids
 from .quadrature import integrate, weighted_mean
+from .registry import MeshRegistered, mesh_key, register_meshes
 from .symmetry import Isometry, augment, check_symmetry, dihedral
 from .validation import (validate_cells, validate_field, validate_mesh, validate_sample,
                          validate_weights)
@@ -37,6 +38,7 @@ __all__ = [
     "CELL_TYPES",
     "Isometry",
     "MeshData",
+    "MeshRegistered",
     "Partition",
     "augment",
     "check_symmetry",
@@ -48,6 +50,7 @@ __all__ = [
     "knn_graph",
     "knn_weights",
     "lumped_mass",
+    "mesh_key",
     "node_average_weights",
     "orient_cells",
     "p1_gradients",
@@ -58,6 +61,7 @@ __all__ = [
     "radius_graph",
     "read_mesh",
     "read_meshio",
+    "register_meshes",
     "save_meshio",
     "signed_volumes",
     "to_meshio",

@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..nn.spectral import SpectralIntegral
+from ..errors import ConfigError, UnsupportedCellError
+from ..mesh.cache import StructureCache
+from ..mesh.registry import MeshRegistered, mesh_parts
+from ..nn.p1_fourier import p1_fourier_basis
+from ..nn.spectral import SpectralBasis, SpectralIntegral
 from .base import NeuralOperator
+
+#: How the forward transforms integrate: ``"nodal"`` (the nodes' quadrature weights) or ``"p1"``
+#: (the piecewise-linear interpolant, exactly on the triangles).
+QUADRATURES = ("nodal", "p1")
 from .encoder import CoordinateFeatures, PointwiseMLP
 
 
-class MeshFNO(NeuralOperator, name="mesh_fno"):
+class MeshFNO(NeuralOperator, MeshRegistered, name="mesh_fno"):
     r"""The Fourier neural operator (Li et al., `ICLR 2021 <https://arxiv.org/abs/2010.08895>`_)
     without a grid: every global convolution is the quadrature-weighted spectral integral of the
     nodes (:class:`~geoattn.nn.SpectralIntegral`), so no interpolation to and from a grid is needed
@@ -35,6 +44,18 @@ class MeshFNO(NeuralOperator, name="mesh_fno"):
     (:func:`~geoattn.nn.spectral.resolved_modes`): with more modes than the nodes resolve, the
     coefficients alias on the training mesh and the model does not transfer.
 
+    With ``quadrature="p1"`` the coefficients are those of the piecewise-linear interpolant of
+    the nodal values, integrated exactly on the mesh's triangles
+    (:func:`~geoattn.nn.p1_fourier.p1_fourier_basis`) instead of the nodal quadrature: the
+    exponentials are no longer sampled at the nodes, so a coarse cell aliases no mode, and the
+    coefficients on every mesh are those of one continuum function. The weights are computed once
+    per mesh (float64, cached, :attr:`cache_size` meshes); the transforms cost the same. The model
+    then needs the triangles of every mesh it sees, which the operator contract does not carry:
+    it is a :class:`~geoattn.mesh.registry.MeshRegistered` module, given the meshes by
+    :func:`~geoattn.mesh.registry.register_meshes` (which :class:`~geoattn.train.Trainer`,
+    :func:`~geoattn.eval.cross_mesh_report` and :func:`~geoattn.eval.predict_meshio` call), and
+    a sample on a mesh it was not given raises :class:`~geoattn.errors.MeshMismatchError`.
+
     Args:
         in_channels: input function channels ``C_in``.
         out_channels: output function channels ``C_out``.
@@ -45,6 +66,7 @@ class MeshFNO(NeuralOperator, name="mesh_fno"):
         padding: fraction of the box added past the nodes on every axis (default ``0.25``).
         coordinate_features: Fourier features of the coordinates in the lift, as the keywords of
             :class:`~geoattn.models.encoder.CoordinateFeatures` (default ``None``: none).
+        quadrature: ``"nodal"`` (default) or ``"p1"`` (2-D triangle meshes), see above.
 
     Shapes:
         - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional).
@@ -53,8 +75,15 @@ class MeshFNO(NeuralOperator, name="mesh_fno"):
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 32,
                  depth: int = 4, modes: int | Sequence[int] = 4, padding: float = 0.25,
-                 coordinate_features: dict | None = None):
+                 coordinate_features: dict | None = None, quadrature: str = "nodal"):
         super().__init__()
+        if quadrature not in QUADRATURES:
+            raise ConfigError(f"quadrature must be one of {QUADRATURES}, got {quadrature!r}")
+        if quadrature == "p1" and dim != 2:
+            raise ConfigError(f"quadrature='p1' integrates over triangles: dim must be 2, got {dim}")
+        self.quadrature = quadrature
+        self._cells: dict[tuple, torch.Tensor] = {}  # triangles of each registered mesh, by mesh_key
+        self._p1 = StructureCache(self.cache_size)  # the P1 weights of each mesh, on its device
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
         self.inputs = CoordinateFeatures.of(in_channels, dim, coordinate_features)
         self.lift = PointwiseMLP(self.inputs.out_features, 2 * width, width)
@@ -68,8 +97,44 @@ class MeshFNO(NeuralOperator, name="mesh_fno"):
         self.check_inputs(x, pos)
         h = self.lift(self.inputs(x, pos))
         basis = self.spectral[0].basis(pos, weight, batch)  # the nodes' Fourier basis, for every block
+        if self.quadrature == "p1":
+            basis = basis._replace(weighted=self._p1_weights(pos, batch, basis))
         for k, (spectral, linear) in enumerate(zip(self.spectral, self.linears)):
             h = linear(h) + spectral(h, pos, weight, batch, basis=basis)
             if k < len(self.linears) - 1:
                 h = F.gelu(h)
         return self.project(h)
+
+    def register(self, meshes) -> None:
+        """Keep the triangles of each mesh (:class:`~geoattn.mesh.registry.MeshRegistered`);
+        nothing with ``quadrature="nodal"``."""
+        if self.quadrature == "p1":
+            super().register(meshes)
+
+    def register_mesh(self, key: tuple, mesh) -> None:
+        _, cells = mesh_parts(mesh)
+        if cells is None or cells.shape[1] != 3:
+            found = "no cells" if cells is None else f"cells of {cells.shape[1]} nodes"
+            raise UnsupportedCellError(f"MeshFNO(quadrature='p1') needs triangle meshes, got {found}")
+        self._cells[key] = cells
+
+    def fit_mesh(self, pos: torch.Tensor, weight: torch.Tensor, cells: torch.Tensor | None = None) -> None:
+        if self.quadrature == "p1" and cells is not None:
+            self.register([SimpleNamespace(pos=pos, cells=cells)])
+
+    def _p1_weights(self, pos: torch.Tensor, batch: torch.Tensor | None, basis: SpectralBasis) -> torch.Tensor:
+        """The P1 weights of every graph's mesh in its frame, ``[N, M]`` (see ``quadrature``)."""
+        counts = [len(pos)] if batch is None else torch.bincount(batch, minlength=basis.frame.num_segments).tolist()
+        lo, hi = basis.box
+        parts = []
+        for g, gpos in enumerate(pos.split(counts)):
+            key = self.registered_key(gpos)  # MeshMismatchError for a mesh never registered
+
+            def build(g=g, gpos=gpos, key=key):
+                side = (hi[g] - lo[g]).double()
+                xi = (gpos.double() - lo[g].double()) / side
+                cells = self._cells[key].to(pos.device)
+                return p1_fourier_basis(gpos.double(), cells, xi, basis.modes).to(pos.dtype)
+
+            parts.append(self._p1.get((lo[g], hi[g]), build, settings=key))  # the mesh in its box
+        return torch.cat(parts)

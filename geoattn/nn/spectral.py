@@ -295,7 +295,8 @@ def _periodic_points(xi: torch.Tensor) -> torch.Tensor:
 
 def fourier_coefficients(x: torch.Tensor, weight: torch.Tensor, frame: FourierFrame,
                          modes: torch.Tensor, backend: str = "auto",
-                         basis: torch.Tensor | None = None) -> torch.Tensor:
+                         basis: torch.Tensor | None = None,
+                         weighted: torch.Tensor | None = None) -> torch.Tensor:
     r"""Quadrature of the Fourier coefficients of every segment, ``[S, M, C]`` complex.
 
     .. math::
@@ -321,11 +322,21 @@ def fourier_coefficients(x: torch.Tensor, weight: torch.Tensor, frame: FourierFr
         basis: :func:`dense_basis` of ``frame.xi`` and ``modes``, to reuse one computed for
             other transforms of the same nodes (default ``None``: computed here when the dense
             backend runs).
+        weighted: the basis with the quadrature in it, in the layout of :func:`dense_basis`: per
+            node the integral of its hat function against each cosine and sine
+            (:func:`~geoattn.nn.p1_fourier.p1_fourier_basis`), used instead of ``weight`` times
+            ``basis`` (default ``None``: the nodal quadrature). Dense transforms only.
     """
-    if _uses_nufft(backend, frame, modes):
-        return _nufft_coefficients(x, weight, frame, modes)
     m, zero = len(modes), _zero_index(modes)
-    trig = _checked_basis(basis, frame.xi, modes, x.dtype)  # (N, M) or (N, 2M)
+    if weighted is not None:
+        if backend == "finufft":
+            raise ValueError("a weighted basis needs the dense transform, got backend='finufft'")
+        trig = _checked_basis(weighted, frame.xi, modes, x.dtype)
+        weight = torch.ones_like(weight)
+    elif _uses_nufft(backend, frame, modes):
+        return _nufft_coefficients(x, weight, frame, modes)
+    else:
+        trig = _checked_basis(basis, frame.xi, modes, x.dtype)  # (N, M) or (N, 2M)
     gram = weighted_gram(trig, x, weight, frame.segment, frame.num_segments)  # (S, M | 2M, C)
     gram = gram / frame.volume.to(gram.dtype).view(-1, 1, 1)
     if zero is None:
@@ -445,7 +456,9 @@ class SpectralBasis(NamedTuple):
     Fields: ``frame`` (:class:`FourierFrame` of the nodes), ``box`` (corners ``(lo, hi)`` of the
     padded box of each graph, ``[B, d]`` each), ``side`` (the unpadded box sides ``[B, d]``),
     ``trig`` (the :func:`dense_basis` of the frame, ``None`` when finufft runs), ``modes`` and
-    ``padding`` (of the layer that made it).
+    ``padding`` (of the layer that made it), and ``weighted`` (optional: the basis with the
+    quadrature in it for the forward transform, the ``weighted`` of :func:`fourier_coefficients`;
+    ``None``, the default, uses the nodal quadrature).
     """
 
     frame: FourierFrame
@@ -454,6 +467,7 @@ class SpectralBasis(NamedTuple):
     trig: torch.Tensor | None
     modes: torch.Tensor
     padding: float
+    weighted: torch.Tensor | None = None
 
 
 class SpectralIntegral(nn.Module):
@@ -536,7 +550,7 @@ class SpectralIntegral(nn.Module):
             raise ValueError("basis was made by a layer with other modes or padding: make it with "
                              "this layer's basis()")
         frame = basis.frame
-        coeff = fourier_coefficients(x, weight, frame, self.mode_index, self.backend, basis.trig)
+        coeff = fourier_coefficients(x, weight, frame, self.mode_index, self.backend, basis.trig, basis.weighted)
         coeff = self.multiply(coeff, basis.side)
         trig = basis.trig
         if pos_query is not None:

@@ -6,7 +6,8 @@ from .ensemble import Ensemble, load_ensemble, load_trained, train_ensemble
 from .loss import relative_h1, relative_l2
 from .normalizer import GaussianNormalizer
 from .operator import NormalizedOperator
-from .resolved import ResolvedQuadrature, register_meshes, training_size
+from ..mesh.registry import register_meshes
+from .resolved import ResolvedQuadrature, training_size
 from .symmetrized import SymmetrizedOperator, symmetrize
 from .trainer import Trainer, evaluate_errors, sample_errors
 

@@ -30,15 +30,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from types import SimpleNamespace
 
 import meshio
 import numpy as np
 import torch
 
-from ..errors import MeshMismatchError, UnsupportedCellError
-from ..mesh.cache import fingerprint
+from ..errors import UnsupportedCellError
 from ..mesh.io import from_meshio, to_meshio
 from ..mesh.refinement import longest_edges, refine_to
+from ..mesh.registry import MeshRegistered, register_meshes
 from .wrapper import WrappedOperator
 
 
@@ -51,11 +52,7 @@ def training_size(mesh: meshio.Mesh) -> float:
     return float(longest_edges(mesh.points[:, :2], mesh.cells[-1].data).max())
 
 
-def _key(pos: torch.Tensor) -> tuple:
-    return fingerprint(pos.detach().to("cpu", torch.float64))
-
-
-class ResolvedQuadrature(WrappedOperator):
+class ResolvedQuadrature(WrappedOperator, MeshRegistered):
     """A trained operator evaluated on meshes refined to a largest edge, read at their own nodes.
 
     Args:
@@ -92,24 +89,26 @@ class ResolvedQuadrature(WrappedOperator):
         self.structures: dict[tuple, tuple] = {}
         self.register(meshes)
 
-    def register(self, meshes: Iterable) -> None:
-        """Refine each mesh (a triangle :class:`meshio.Mesh`, or a sample with ``pos`` and
-        ``cells``) to the size and keep what evaluating samples on it needs; meshes already
-        registered (the same node coordinates) are skipped."""
-        for mesh in meshes:
-            points = mesh.points if isinstance(mesh, meshio.Mesh) else torch.as_tensor(mesh.pos).detach().cpu()
-            pos = torch.as_tensor(np.asarray(points[:, :2]), dtype=self.dtype)
-            if _key(pos) in self.structures:
-                continue
-            cells = (mesh if isinstance(mesh, meshio.Mesh) else to_meshio(mesh)).cells
-            # refine the coordinates as the samples carry them: a mesh file and its samples in
-            # float32 then give the same refinement (ties between edge lengths break alike)
-            refined, prolong = refine_to(meshio.Mesh(pos.double().numpy(), cells), self.size)  # triangles only
-            fine = from_meshio(refined, dtype=self.dtype)
-            coo = prolong.tocoo()
-            matrix = torch.sparse_coo_tensor(np.stack([coo.row, coo.col]), coo.data, coo.shape, dtype=self.dtype,
-                                             check_invariants=True).coalesce()
-            self.structures[_key(pos)] = (matrix, fine.pos, fine.weight, fine.cells)
+    def register_mesh(self, key: tuple, mesh) -> None:
+        """Refine one mesh (a triangle :class:`meshio.Mesh`, or a sample with ``pos`` and
+        ``cells``) to the size, keep what evaluating samples on it needs, and register the refined
+        mesh with the modules inside the model that need meshes (:func:`register_meshes`)."""
+        points = mesh.points if isinstance(mesh, meshio.Mesh) else torch.as_tensor(mesh.pos).detach().cpu()
+        pos = torch.as_tensor(np.asarray(points[:, :2]), dtype=self.dtype)
+        cells = (mesh if isinstance(mesh, meshio.Mesh) else to_meshio(mesh)).cells
+        # refine the coordinates as the samples carry them: a mesh file and its samples in
+        # float32 then give the same refinement (ties between edge lengths break alike)
+        refined, prolong = refine_to(meshio.Mesh(pos.double().numpy(), cells), self.size)  # triangles only
+        fine = from_meshio(refined, dtype=self.dtype)
+        coo = prolong.tocoo()
+        matrix = torch.sparse_coo_tensor(np.stack([coo.row, coo.col]), coo.data, coo.shape, dtype=self.dtype,
+                                         check_invariants=True).coalesce()
+        self.structures[key] = (matrix, fine.pos, fine.weight, fine.cells)
+        register_meshes(self.op, [fine])
+
+    def refined_meshes(self) -> list:
+        """The refined meshes of the meshes registered so far (samples with ``pos`` and ``cells``)."""
+        return [SimpleNamespace(pos=pos, cells=cells) for _, pos, _, cells in self.structures.values()]
 
     def fit_mesh(self, pos: torch.Tensor, weight: torch.Tensor, cells: torch.Tensor | None = None) -> None:
         """Fit the model's mesh-dependent state (a patched model's partition) on the refined
@@ -119,11 +118,7 @@ class ResolvedQuadrature(WrappedOperator):
             self._model.fit_mesh(fine_pos.to(pos.device), fine_weight.to(pos.device), fine_cells)
 
     def _structure(self, pos: torch.Tensor) -> tuple:
-        try:
-            return self.structures[_key(pos)]
-        except KeyError:
-            raise MeshMismatchError(f"a sample on a mesh of {len(pos)} nodes that was not given to "
-                                    "ResolvedQuadrature; register every mesh it will evaluate") from None
+        return self.structures[self.registered_key(pos)]
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
                 batch: torch.Tensor | None = None) -> torch.Tensor:
@@ -142,16 +137,3 @@ class ResolvedQuadrature(WrappedOperator):
             parts.append(out[start:start + n])  # the original nodes come first in a refined mesh
             start += fine_n
         return torch.cat(parts)
-
-
-def register_meshes(op: torch.nn.Module, meshes: Iterable) -> None:
-    """Register ``meshes`` (see :meth:`ResolvedQuadrature.register`) with the
-    :class:`ResolvedQuadrature` that ``op`` is or wraps as its model (a
-    :class:`~geoattn.train.NormalizedOperator`'s), or with those of every member of an
-    :class:`~geoattn.train.Ensemble`; nothing for any other operator."""
-    for member in getattr(op, "members", ()):  # an ensemble: each member has its own
-        register_meshes(member, meshes)
-    for module in (op, getattr(op, "model", None)):
-        if isinstance(module, ResolvedQuadrature):
-            module.register(meshes)
-            return

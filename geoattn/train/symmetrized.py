@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 import torch
 
 from ..errors import SymmetryError
+from ..mesh.registry import MeshRegistered, mesh_parts, register_meshes
 from ..mesh.symmetry import Isometry
 from .ensemble import Ensemble
 from .operator import NormalizedOperator
@@ -31,7 +33,7 @@ from .resolved import ResolvedQuadrature
 from .wrapper import WrappedOperator
 
 
-class SymmetrizedOperator(WrappedOperator):
+class SymmetrizedOperator(WrappedOperator, MeshRegistered):
     """The mean of ``op`` over the images of each sample's mesh under ``isometries``.
 
     Args:
@@ -44,7 +46,8 @@ class SymmetrizedOperator(WrappedOperator):
             closed under composition for the average to be equivariant, which is checked.
 
     ``forward(x, pos, weight, batch=None)`` runs ``op`` once on a batch of ``|G|`` times the
-    samples and returns the mean of the outputs at the nodes.
+    samples and returns the mean of the outputs at the nodes. Meshes registered with it
+    (:func:`~geoattn.mesh.register_meshes`) are registered with ``op`` with all their images.
     """
 
     def __init__(self, op: torch.nn.Module, isometries: Sequence[Isometry]):
@@ -65,6 +68,11 @@ class SymmetrizedOperator(WrappedOperator):
         return out.reshape(k, len(pos), -1).mean(0)  # quadrature-ok: over the group's images, per node
 
 
+    def register_mesh(self, key: tuple, mesh) -> None:
+        pos, cells = mesh_parts(mesh)
+        register_meshes(self.op, [SimpleNamespace(pos=g(pos), cells=cells) for g in self.isometries])
+
+
 def symmetrize(op: torch.nn.Module, isometries: Sequence[Isometry]) -> torch.nn.Module:
     """``op`` averaged over ``isometries``, sharing its parameters: a :class:`SymmetrizedOperator`
     around it, or, when ``op`` is (or is a :class:`~geoattn.train.NormalizedOperator` of) a
@@ -81,6 +89,8 @@ def symmetrize(op: torch.nn.Module, isometries: Sequence[Isometry]) -> torch.nn.
         new._modules = dict(op._modules)  # the copy's own submodule table: op keeps its model
         inner = getattr(op, attr)
         setattr(new, attr, SymmetrizedOperator(inner, isometries) if attr == "op" else symmetrize(inner, isometries))
+        if attr == "op":  # the meshes refined so far, with their images, for the models that need them
+            register_meshes(new.op, new.refined_meshes())
         return new
     return SymmetrizedOperator(op, isometries)
 

@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import ChannelError, ConfigError, FieldLengthError, NonFiniteLossError
+from ..mesh.registry import register_meshes
 from ..mesh.validation import located, validate_sample
 from ..optional import progress as progress_bar
 from ..optional import require
@@ -327,6 +328,7 @@ class Trainer:
         if hasattr(op.model, "fit_mesh"):
             cells = getattr(train[0], "cells", None)
             op.model.fit_mesh(train[0].pos, train[0].weight, cells if torch.is_tensor(cells) else None)
+        register_meshes(op, [*train, *(val or [])])  # the meshes of models that need their cells
         op.x_normalizer.fit((d.x, d.weight) for d in train)
         op.y_normalizer.fit((d.y, d.weight) for d in train)
         op.to(device)

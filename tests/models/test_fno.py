@@ -1,18 +1,21 @@
 """The mesh-native FNO: spectral padding, refinement convergence, batching, trained transfer."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from smooth_inputs import smooth_input
 
 from geoattn import testing
-from geoattn.mesh import families
+from geoattn.errors import ConfigError, MeshMismatchError, UnsupportedCellError
+from geoattn.mesh import families, register_meshes
 from geoattn.models import MeshFNO
 from geoattn.nn import SpectralIntegral
 
 
 def _model(**kw):
     torch.manual_seed(0)
-    return MeshFNO(2, 1, width=12, depth=2, modes=2, **kw).double().eval()
+    return MeshFNO(2, 1, **{"width": 12, "depth": 2, "modes": 2, **kw}).double().eval()
 
 
 def test_padding_is_a_larger_box():
@@ -46,6 +49,63 @@ def test_trained_model_keeps_its_error_on_refined_and_graded_meshes(darcy_transf
     mesh of the same continuum samples stays within 25 % of the training-mesh error."""
     torch.manual_seed(0)
     report = darcy_transfer(MeshFNO(1, 1, width=16, depth=3, modes=3))
+    assert report.mean("model", "train") < 0.15, report.table()
+    for mesh in ("refined", "graded"):
+        assert report.ratio("model", mesh) < 1.25, report.table()
+
+
+# quadrature="p1": the exact transform of the piecewise-linear interpolant
+
+def test_p1_untrained_model_converges_under_refinement_of_graded_mesh():
+    testing.assert_model_converges(_model(quadrature="p1"), smooth_input, families.unit_square(4, "graded"))
+
+
+def test_p1_batched_equals_separate_and_hparams_rebuild(two_meshes):
+    testing.assert_batched_equals_separate(_model(quadrature="p1"), two_meshes)
+
+
+def test_p1_is_closer_to_the_continuum_on_a_coarse_graded_mesh():
+    """The same weights on a coarse graded mesh and on its third refinement (the continuum's
+    stand-in): the P1 transform's output at the coarse nodes is several times closer to the fine
+    one than the nodal quadrature's."""
+    samples = testing.refinement_samples(families.unit_square(4, "graded"), (0, 3), smooth_input)
+    errors = {}
+    for quadrature in ("nodal", "p1"):
+        model = _model(quadrature=quadrature, modes=4)
+        register_meshes(model, [families.unit_square(4, "graded"), families.refine(families.unit_square(4, "graded"), 3)])
+        (x, pos, w, _), (xf, posf, wf, _) = samples
+        n = len(pos)
+        with torch.no_grad():
+            errors[quadrature] = float((model(x, pos, w) - model(xf, posf, wf)[:n]).abs().max())
+    assert errors["p1"] < 0.3 * errors["nodal"], errors
+
+
+def test_p1_needs_every_mesh_registered_and_triangles(two_meshes):
+    model, coarse = _model(quadrature="p1"), two_meshes[0]
+    with pytest.raises(MeshMismatchError, match="register"):
+        model(coarse.x, coarse.pos, coarse.weight)
+    register_meshes(model, [coarse])
+    out = model(coarse.x, coarse.pos, coarse.weight)
+    moved = coarse.pos + 1e-9  # the same mesh in another precision: recognised
+    torch.testing.assert_close(model(coarse.x, moved, coarse.weight), out, rtol=1e-6, atol=1e-8)
+    with pytest.raises(MeshMismatchError):
+        model(coarse.x, coarse.pos + 1e-3, coarse.weight)  # another mesh
+    cloud = SimpleNamespace(pos=two_meshes[1].pos, cells=None)
+    with pytest.raises(UnsupportedCellError, match="triangle"):
+        register_meshes(model, [cloud])
+    with pytest.raises(ConfigError, match="quadrature"):
+        MeshFNO(1, 1, quadrature="exact")
+    with pytest.raises(ConfigError, match="dim"):
+        MeshFNO(1, 1, dim=3, quadrature="p1")
+    plain = _model()  # the nodal model needs nothing registered
+    plain(coarse.x, coarse.pos, coarse.weight)
+
+
+def test_p1_trained_model_keeps_its_error_on_refined_and_graded_meshes(darcy_transfer):
+    """Regression, as for the nodal model: the trainer registers the training mesh and the
+    report the test meshes."""
+    torch.manual_seed(0)
+    report = darcy_transfer(MeshFNO(1, 1, width=16, depth=3, modes=3, quadrature="p1"))
     assert report.mean("model", "train") < 0.15, report.table()
     for mesh in ("refined", "graded"):
         assert report.ratio("model", mesh) < 1.25, report.table()

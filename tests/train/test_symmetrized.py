@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from geoattn.errors import SymmetryError
-from geoattn.mesh import dihedral, families, from_meshio
+from geoattn.mesh import dihedral, families, from_meshio, register_meshes
 from geoattn.mesh.symmetry import Isometry, transform
 from geoattn.models import build_model
 from geoattn.train import NormalizedOperator, ResolvedQuadrature, SymmetrizedOperator, symmetrize, training_size
@@ -96,3 +96,20 @@ def test_symmetrize_puts_the_average_inside_the_refinement_and_shares_the_parame
     torch.testing.assert_close(sym(s.x, s.pos, s.weight), built(s.x, s.pos, s.weight))
     assert isinstance(symmetrize(NormalizedOperator(model), SQUARE), SymmetrizedOperator)
     assert isinstance(symmetrize(model, SQUARE), SymmetrizedOperator)
+
+
+def test_a_model_that_needs_its_meshes_gets_their_images():
+    """MeshFNO(quadrature="p1") needs every mesh's triangles: registering a mesh with the average
+    registers its images with the model, and the average stays equivariant."""
+    torch.manual_seed(0)
+    model = build_model("mesh_fno", in_channels=1, out_channels=1, dim=2, modes=3, width=8, depth=2,
+                        quadrature="p1").double()
+    s = _sample("graded")
+    sym = SymmetrizedOperator(model, SQUARE)
+    register_meshes(sym, [s])
+    out = sym(s.x, s.pos, s.weight)
+    expected = torch.stack([model(s.x, g(s.pos), s.weight) for g in SQUARE]).mean(0)
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-12)
+    for g in SQUARE[1:]:  # the images of an image: the registered images, up to rounding
+        image = transform(s, g)
+        torch.testing.assert_close(sym(image.x, image.pos, image.weight), out, rtol=1e-9, atol=1e-12)
