@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import numpy as np
 import torch
 
 from ..errors import MeshMismatchError
@@ -67,7 +66,7 @@ class MeshRegistered:
         for mesh in meshes:
             if not (hasattr(mesh, "pos") or hasattr(mesh, "points")):
                 raise TypeError(f"register takes meshio meshes or samples with pos and cells, got {type(mesh).__name__}")
-            points = torch.as_tensor(mesh.pos if hasattr(mesh, "pos") else np.asarray(mesh.points))
+            points = torch.as_tensor(mesh.pos) if hasattr(mesh, "pos") else mesh_parts(mesh)[0]  # 2-D: no z
             key = mesh_key(points)
             if key in self._mesh_nodes:
                 continue
