@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import itertools
 import logging
 import math
 import os
@@ -328,7 +329,8 @@ class Trainer:
         if hasattr(op.model, "fit_mesh"):
             cells = getattr(train[0], "cells", None)
             op.model.fit_mesh(train[0].pos, train[0].weight, cells if torch.is_tensor(cells) else None)
-        register_meshes(op, [*train, *(val or [])])  # the meshes of models that need their cells
+        # the meshes of models that need their cells (read only for such a model)
+        register_meshes(op, itertools.chain(train, val or []))
         op.x_normalizer.fit((d.x, d.weight) for d in train)
         op.y_normalizer.fit((d.y, d.weight) for d in train)
         op.to(device)
