@@ -120,6 +120,7 @@ class Scale:
     supersample: int = 1  # geoattn models compute on meshes refined to the training edge / this
     mesh_fno_modes: int | None = None  # mesh_fno's modes (None: :func:`mesh_fno_modes`)
     quadrature: str = "nodal"  # mesh_fno's forward transforms: nodal quadrature or exact on the P1 interpolant
+    mesh_fno_local: float | None = None  # mesh_fno's local integral: its radius in training-mesh cells (None: none)
     symmetries: bool = False  # train every model on the training samples carried by the domain's symmetries
     clock: str = "wall"  # what ``seconds`` counts: wall time, or the process's CPU time ("cpu")
     validation: int = 0  # held-out samples on the training mesh: each model keeps its best epoch on them
@@ -509,6 +510,8 @@ def model_factories(scale: Scale, names: list[str] | None = None, domain: str = 
         elif "modes" in params:
             if "quadrature" in params:
                 kw["quadrature"] = scale.quadrature
+            if "local" in params and scale.mesh_fno_local:
+                kw["local"] = {"radius": scale.mesh_fno_local * cell_size(scale.mesh_n, domain)}
             kw["modes"] = scale.mesh_fno_modes or mesh_fno_modes(scale.mesh_n, domain, max(1, scale.modes // 2),
                                                                  scale.supersample)
         out[name] = lambda name=name, kw=kw: build_model(name, in_channels=1, out_channels=1, dim=2, **kw)
@@ -958,6 +961,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--quadrature", choices=["nodal", "p1"],
                         help="mesh_fno's Fourier coefficients: the nodal quadrature (default) or the exact "
                              "integral of the nodal values' piecewise-linear interpolant (MeshFNO quadrature='p1')")
+    parser.add_argument("--mesh-fno-local", type=float, metavar="CELLS",
+                        help="give mesh_fno a local integral in every block (MeshFNO local=...), its ball's "
+                             "radius in cells of the training mesh (default: none)")
     parser.add_argument("--weight-decay", type=float,
                         help="AdamW's weight decay, the same for every model (default 1e-4)")
     parser.add_argument("--seconds", type=float,

@@ -12,6 +12,7 @@ from torch import nn
 from ..errors import ConfigError, UnsupportedCellError
 from ..mesh.cache import StructureCache
 from ..mesh.registry import MeshRegistered, mesh_parts
+from ..nn.local_integral import LocalIntegral
 from ..nn.p1_fourier import p1_fourier_basis
 from ..nn.spectral import SpectralBasis, SpectralIntegral
 from .base import NeuralOperator
@@ -56,6 +57,14 @@ class MeshFNO(NeuralOperator, MeshRegistered, name="mesh_fno"):
     :func:`~geoattn.eval.cross_mesh_report` and :func:`~geoattn.eval.predict_meshio` call), and
     a sample on a mesh it was not given raises :class:`~geoattn.errors.MeshMismatchError`.
 
+    With ``local={"radius": r}`` every block adds a local integral operator
+    :math:`\mathcal K^{\text{loc}}_\ell h` (:class:`~geoattn.nn.LocalIntegral`: learned
+    combinations of weighted local means of :math:`h` over the ball of radius :math:`r` and its
+    sectors) to :math:`W_\ell h + \mathcal K_\ell h`, the localized kernels that Liu-Schiaffini
+    et al. (ICML 2024) put beside FNO's global convolution: the spectral integral keeps the
+    :math:`K` modes that every mesh resolves, and the local one sees the scales between them and
+    the ball. Give the ball several edges of the coarsest mesh the model will compute on.
+
     Args:
         in_channels: input function channels ``C_in``.
         out_channels: output function channels ``C_out``.
@@ -67,6 +76,9 @@ class MeshFNO(NeuralOperator, MeshRegistered, name="mesh_fno"):
         coordinate_features: Fourier features of the coordinates in the lift, as the keywords of
             :class:`~geoattn.models.encoder.CoordinateFeatures` (default ``None``: none).
         quadrature: ``"nodal"`` (default) or ``"p1"`` (2-D triangle meshes), see above.
+        local: a local integral in every block beside the spectral one, as the keywords of
+            :class:`~geoattn.nn.LocalIntegral` but the channels and ``dim`` (``radius``,
+            ``rings``, ``angles``; default ``None``: none), see above.
 
     Shapes:
         - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional).
@@ -75,7 +87,7 @@ class MeshFNO(NeuralOperator, MeshRegistered, name="mesh_fno"):
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 32,
                  depth: int = 4, modes: int | Sequence[int] = 4, padding: float = 0.25,
-                 coordinate_features: dict | None = None, quadrature: str = "nodal"):
+                 coordinate_features: dict | None = None, quadrature: str = "nodal", local: dict | None = None):
         super().__init__()
         if quadrature not in QUADRATURES:
             raise ConfigError(f"quadrature must be one of {QUADRATURES}, got {quadrature!r}")
@@ -90,6 +102,14 @@ class MeshFNO(NeuralOperator, MeshRegistered, name="mesh_fno"):
         self.spectral = nn.ModuleList(SpectralIntegral(width, width, modes, dim, padding=padding)
                                       for _ in range(depth))
         self.linears = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
+        if local is not None:
+            unknown = set(local) - {"radius", "rings", "angles"}
+            if unknown or "radius" not in local:
+                raise ConfigError(f"local needs 'radius' and takes 'rings' and 'angles', got {sorted(local)}")
+            self.local = nn.ModuleList(LocalIntegral(width, width, dim, cache_size=self.cache_size, **local)
+                                       for _ in range(depth))
+        else:
+            self.local = None
         self.project = PointwiseMLP(width, 2 * width, out_channels)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
@@ -100,7 +120,8 @@ class MeshFNO(NeuralOperator, MeshRegistered, name="mesh_fno"):
         if self.quadrature == "p1":
             basis = basis._replace(weighted=self._p1_weights(pos, batch, basis))
         for k, (spectral, linear) in enumerate(zip(self.spectral, self.linears)):
-            h = linear(h) + spectral(h, pos, weight, batch, basis=basis)
+            update = linear(h) + spectral(h, pos, weight, batch, basis=basis)
+            h = update if self.local is None else update + self.local[k](h, pos, weight, batch)
             if k < len(self.linears) - 1:
                 h = F.gelu(h)
         return self.project(h)

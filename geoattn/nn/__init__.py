@@ -10,6 +10,7 @@ from . import functional
 from .continuum_attention import ContinuumAttention
 from .galerkin_attention import FourierAttention, GalerkinAttention
 from .graph_kernel import GraphKernelIntegral
+from .local_integral import LocalIntegral
 from .patch_attention import PatchAttention
 from .slice_attention import SliceAttention
 from .spectral import PatchSpectralIntegral, SpectralIntegral, SpectralSmoothing
@@ -19,6 +20,7 @@ __all__ = [
     "FourierAttention",
     "GalerkinAttention",
     "GraphKernelIntegral",
+    "LocalIntegral",
     "PatchAttention",
     "PatchSpectralIntegral",
     "SliceAttention",

@@ -326,11 +326,12 @@ class Trainer:
         if val:
             validate_samples(val, op.model, "validation", self.h1)
         device = self.device
+        # the meshes of models that need their cells (read only for such a model), before
+        # fit_mesh: a ResolvedQuadrature fits its model on the refined training mesh
+        register_meshes(op, itertools.chain(train, val or []))
         if hasattr(op.model, "fit_mesh"):
             cells = getattr(train[0], "cells", None)
             op.model.fit_mesh(train[0].pos, train[0].weight, cells if torch.is_tensor(cells) else None)
-        # the meshes of models that need their cells (read only for such a model)
-        register_meshes(op, itertools.chain(train, val or []))
         op.x_normalizer.fit((d.x, d.weight) for d in train)
         op.y_normalizer.fit((d.y, d.weight) for d in train)
         op.to(device)
