@@ -32,7 +32,7 @@ def features(pos: torch.Tensor) -> torch.Tensor:
 
 
 def main(levels: int = 3, patches: int = 8, seed: int = 0, method: str = "metis") -> dict[str, float]:
-    """Relative errors against the finest level per level, the fitted order and patch weights."""
+    """Relative differences to the finest level and the order fitted from the second level on."""
     torch.manual_seed(seed)
     mesh = families.unit_square(8, "graded")
     coarse = from_meshio(mesh, dtype=torch.float64)
@@ -47,14 +47,7 @@ def main(levels: int = 3, patches: int = 8, seed: int = 0, method: str = "metis"
             v = torch.tanh(lift(u))
             out = attention(v, pos, w, patch=patch, patch_length=part.length, num_patches=patches)
             outputs.append(out[:len(coarse.pos)])
-    errors = [float((o - outputs[-1]).norm() / outputs[-1].norm()) for o in outputs[:-1]]
-    h = [s[3] for s in samples[:-1]]
-    result = {"rate": testing.convergence_rate(h[1:], errors[1:]), "final_error": errors[-1]}
-    for level, err in enumerate(errors):
-        log.info("level %d: %d nodes, relative difference to finest %.3e", level,
-                 len(samples[level][1]), err)
-    log.info("fitted order %.2f", result["rate"])
-    return result
+    return testing.differences_to_finest(outputs, samples, skip=1, log=log)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ deviation when it fails, so a test is one line:
   obvious reference implementation;
 - :func:`refinement_samples` samples one function on uniform refinements of a mesh, and
   :func:`convergence_rate` / :func:`assert_convergence_rate` fit the order :math:`p` of a
-  cross-mesh convergence study, :math:`e(h) \approx C h^p`;
+  cross-mesh convergence study, :math:`e(h) \approx C h^p`; :func:`differences_to_finest`
+  measures an operator's outputs against those on the finest mesh and fits the order;
 - :func:`assert_rejects_mismatched_inputs`: a model refuses coordinates of the wrong dimension
   and inputs with the wrong number of channels, with its typed errors;
 - :func:`assert_model_converges`: an (untrained) model's output for one continuum input
@@ -25,6 +26,7 @@ deviation when it fails, so a test is one line:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -41,6 +43,7 @@ __all__ = [
     "assert_permutation_equivariant",
     "assert_rejects_mismatched_inputs",
     "convergence_rate",
+    "differences_to_finest",
     "refinement_samples",
 ]
 
@@ -169,6 +172,26 @@ def refinement_samples(mesh, times: Sequence[int],
         data = from_meshio(families.refine(mesh, t) if t else mesh, dtype=dtype)
         samples.append((function(data.pos), data.pos, data.weight, 2.0**-t))
     return samples
+
+
+def differences_to_finest(outputs: Sequence[torch.Tensor], samples: Sequence[tuple[torch.Tensor, ...]],
+                          skip: int = 0, log: logging.Logger | None = None) -> dict[str, float]:
+    """Relative differences of ``outputs[:-1]`` to ``outputs[-1]`` and the order fitted to them.
+
+    ``outputs`` are one operator's values at the coarse nodes on each of ``samples`` (from
+    :func:`refinement_samples`); the order is fitted to the levels from ``skip`` on. Returns
+    ``rate``, ``first_error`` and ``final_error``; logs each level to ``log`` when given.
+    """
+    errors = [float((o - outputs[-1]).norm() / outputs[-1].norm()) for o in outputs[:-1]]
+    h = [s[3] for s in samples[:-1]]
+    result = {"rate": convergence_rate(h[skip:], errors[skip:]), "first_error": errors[0],
+              "final_error": errors[-1]}
+    if log is not None:
+        for level, err in enumerate(errors):
+            log.info("level %d: %d nodes, relative difference to the finest %.3e", level,
+                     len(samples[level][1]), err)
+        log.info("fitted order %.2f", result["rate"])
+    return result
 
 
 def convergence_rate(h: Sequence[float], errors: Sequence[float]) -> float:
