@@ -1,6 +1,6 @@
 """Where a model's error on the refined mesh comes from: the finer input, or the finer computation.
 
-    python benchmarks/darcy_refined_gap.py --mesh-n 32 --seconds 120 --models mesh_fno
+    python benchmarks/darcy_refined_gap.py --mesh-n 32 --seconds 300 --families lognormal
 
 The refined mesh of ``darcy_compare.py`` is the training mesh refined once (red refinement): it
 keeps the training mesh's nodes first and in order, and its piecewise-linear functions contain
@@ -89,14 +89,20 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--epochs", type=int, default=None, help="train this many epochs instead of --seconds")
     parser.add_argument("--families", nargs="+", default=["lognormal"])
     parser.add_argument("--models", nargs="+", default=["mesh_fno"])
+    parser.add_argument("--modes", type=int, default=16,
+                        help="FNO's modes of the race; mesh_fno's default modes are capped at half of them")
+    parser.add_argument("--mesh-fno-modes", type=int, default=None, help="mesh_fno's modes (default: the race's)")
     parser.add_argument("--quadrature", default="p1", choices=["nodal", "p1"])
+    parser.add_argument("--symmetries", action="store_true",
+                        help="train on the square's eight images of every training sample")
     parser.add_argument("--out", type=Path, default=None, help="folder for results.json")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     torch.set_num_threads(1)
     scale = replace(dc.SCALES[args.scale], mesh_n=args.mesh_n, n_train=args.n_train, n_test=args.n_test,
                     validation=args.validation, seconds=None if args.epochs else args.seconds, clock="cpu",
-                    quadrature=args.quadrature, epochs=args.epochs or dc.SCALES[args.scale].epochs)
+                    modes=args.modes, mesh_fno_modes=args.mesh_fno_modes,
+                    quadrature=args.quadrature, symmetries=args.symmetries, epochs=args.epochs or dc.SCALES[args.scale].epochs)
     meshes = dc.benchmark_meshes(scale.mesh_n)
     field = dc.coefficient_field(meshes)
     results = {}
