@@ -118,6 +118,7 @@ class Scale:
     modes: int = 12
     seconds: float | None = None  # wall-clock budget per model (None: train for ``epochs``)
     supersample: int = 1  # geoattn models compute on meshes refined to the training edge / this
+    mix_resolution: float = 0.0  # share of training batches geoattn models compute on meshes refined to the edge / 2
     mesh_fno_modes: int | None = None  # mesh_fno's modes (None: :func:`mesh_fno_modes`)
     quadrature: str = "nodal"  # mesh_fno's forward transforms: nodal quadrature or exact on the P1 interpolant
     mesh_fno_local: float | None = None  # mesh_fno's local integral: its radius in training-mesh cells (None: none)
@@ -473,6 +474,25 @@ def patch_resolution(mesh_n: int, domain: str = "square") -> dict[str, int]:
             return {"num_patches": parts, "modes": resolved_modes(nodes / parts, 2)}
 
 
+class MixedResolution(ResolvedQuadrature):
+    """A model that, in training, computes each batch on the meshes refined to ``size`` with
+    probability ``fraction`` (as :class:`ResolvedQuadrature`, read at the data's nodes) and on the
+    meshes as they are otherwise; in evaluation always on the meshes as they are. It trains one
+    model on two discretisations of the same samples, so that it cannot fit the errors of one."""
+
+    def __init__(self, op: torch.nn.Module, meshes, size: float, fraction: float):
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"fraction must be in [0, 1], got {fraction!r}")
+        super().__init__(op, meshes, size)
+        self.fraction = float(fraction)
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
+                batch: torch.Tensor | None = None) -> torch.Tensor:
+        if self.training and float(torch.rand(())) < self.fraction:
+            return super().forward(x, pos, weight, batch)
+        return self.op(x, pos, weight, batch)
+
+
 def supersampled_size(mesh_n: int, domain: str = "square", supersample: int = 1) -> float:
     """The longest edge the geoattn models compute on: the training mesh's over ``supersample``."""
     return training_size(benchmark_meshes(mesh_n, domain)["train"]) / supersample
@@ -726,6 +746,9 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
             if scale.supersample > 1 and name in MODELS:  # geoattn's own models; the peers see the nodes
                 model = ResolvedQuadrature(model, meshes.values(), size)
                 model.register(train[:len(SYMMETRIES[domain])] if scale.symmetries else [])  # the images
+            elif scale.mix_resolution > 0 and name in MODELS:
+                model = MixedResolution(model, [], supersampled_size(scale.mesh_n, domain, 2), scale.mix_resolution)
+                model.register(train[:len(SYMMETRIES[domain])] if scale.symmetries else train[:1])  # training meshes
             return NormalizedOperator(model).to(device)  # patched models: the trainer fits the partition
 
         torch.manual_seed(seed)
@@ -812,6 +835,10 @@ def markdown(results: dict, scale: Scale) -> str:
     if scale.supersample > 1:
         out.append(f"geoattn's models compute on every mesh refined to the training mesh's longest edge / "
                    f"{scale.supersample} (`--supersample {scale.supersample}`); the other models see the nodes.\n")
+    if scale.mix_resolution > 0:
+        out.append(f"geoattn's models compute a share {scale.mix_resolution:g} of their training batches on the "
+                   f"training mesh refined to half its longest edge (`--mix-resolution`); they are scored on the "
+                   f"meshes as they are.\n")
     if scale.symmetries:
         out.append("Every model trains on each training sample carried by the domain's symmetries "
                    "(`--symmetries`).\n")
@@ -989,6 +1016,11 @@ def main(argv: list[str] | None = None) -> dict:
                              "longest edge / F (geoattn.eval.ResolvedQuadrature: input interpolated linearly, "
                              "output read at the data's nodes); mesh_fno's modes follow the refined training "
                              "mesh (default 1: the meshes as they are)")
+    parser.add_argument("--mix-resolution", type=float, metavar="P",
+                        help="geoattn models compute a share P of their training batches on the training mesh "
+                             "refined to half its longest edge (input interpolated linearly, output read at the "
+                             "data's nodes), the others on the mesh as it is; scored on the meshes as they are "
+                             "(default 0)")
     parser.add_argument("--symmetries", action="store_true",
                         help="train every model on each training sample carried by the domain's symmetries "
                              "(SYMMETRIES: the square's 8, the L-shape's diagonal reflection), checked with "
@@ -1008,6 +1040,11 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error(f"--supersample must be at least 1, got {args.supersample}")
     if args.ensemble is not None and args.ensemble < 1:
         parser.error(f"--ensemble must be at least 1, got {args.ensemble}")
+    if args.mix_resolution is not None and not 0 <= args.mix_resolution <= 1:
+        parser.error(f"--mix-resolution must be in [0, 1], got {args.mix_resolution}")
+    if args.mix_resolution and args.supersample > 1:
+        parser.error("--mix-resolution trains on the meshes as they are and refined; --supersample on the refined "
+                     "ones only: give one of them")
     if args.supersample > 1 and args.resolve_quadrature:
         parser.error("--supersample already scores every mesh refined (finer than --resolve-quadrature would); "
                      "give one of them")

@@ -93,6 +93,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="FNO's modes of the race; mesh_fno's default modes are capped at half of them")
     parser.add_argument("--mesh-fno-modes", type=int, default=None, help="mesh_fno's modes (default: the race's)")
     parser.add_argument("--quadrature", default="p1", choices=["nodal", "p1"])
+    parser.add_argument("--mix-resolution", type=float, default=0.0, metavar="P",
+                        help="train a share P of the batches on the training mesh refined once (darcy_compare.py)")
     parser.add_argument("--symmetries", action="store_true",
                         help="train on the square's eight images of every training sample")
     parser.add_argument("--out", type=Path, default=None, help="folder for results.json")
@@ -102,7 +104,8 @@ def main(argv: list[str] | None = None) -> dict:
     scale = replace(dc.SCALES[args.scale], mesh_n=args.mesh_n, n_train=args.n_train, n_test=args.n_test,
                     validation=args.validation, seconds=None if args.epochs else args.seconds, clock="cpu",
                     modes=args.modes, mesh_fno_modes=args.mesh_fno_modes,
-                    quadrature=args.quadrature, symmetries=args.symmetries, epochs=args.epochs or dc.SCALES[args.scale].epochs)
+                    quadrature=args.quadrature, symmetries=args.symmetries, mix_resolution=args.mix_resolution,
+                    epochs=args.epochs or dc.SCALES[args.scale].epochs)
     meshes = dc.benchmark_meshes(scale.mesh_n)
     field = dc.coefficient_field(meshes)
     results = {}

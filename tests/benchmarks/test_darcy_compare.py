@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from geoattn.mesh import families
+from geoattn.mesh import families, from_meshio
 from geoattn.train import relative_l2
 
 
@@ -306,6 +306,44 @@ def test_supersampled_run_refines_the_geoattn_models_meshes_only(script):
     if "neuralop-fno" in ops:
         assert not isinstance(ops["neuralop-fno"].model, ResolvedQuadrature)
     for bad in (["--supersample", "0"], ["--supersample", "2", "--resolve-quadrature"]):
+        with pytest.raises(SystemExit):
+            script.main(["--scale", "tiny", *bad])
+
+
+def test_mixed_resolution_trains_on_both_meshes_and_scores_on_the_mesh_as_is(script):
+    """``MixedResolution``: in training, a share ``fraction`` of the calls is the
+    ResolvedQuadrature's output (on the refined mesh, read at the data's nodes), the others the
+    model's on the mesh as it is; in evaluation always the latter. ``--mix-resolution`` outside
+    [0, 1] or with ``--supersample`` is refused."""
+    from geoattn.eval import ResolvedQuadrature
+    from geoattn.models import build_model
+
+    mesh = script.benchmark_meshes(6)["train"]
+    data = from_meshio(mesh)
+    x = torch.randn(len(data.pos), 1)
+    torch.manual_seed(0)
+    model = build_model("tno", in_channels=1, out_channels=1, dim=2, width=8, depth=1)
+    size = script.supersampled_size(6, supersample=2)
+    resolved = ResolvedQuadrature(model, [mesh], size)
+    with torch.no_grad():
+        coarse, fine = model(x, data.pos, data.weight), resolved(x, data.pos, data.weight)
+        assert (coarse - fine).abs().max() > 1e-4  # the two discretisations differ
+        for fraction, want in ((0.0, coarse), (1.0, fine)):
+            mixed = script.MixedResolution(model, [mesh], size, fraction)
+            torch.testing.assert_close(mixed.train()(x, data.pos, data.weight), want)
+            torch.testing.assert_close(mixed.eval()(x, data.pos, data.weight), coarse)
+        mixed = script.MixedResolution(model, [mesh], size, 0.5).train()
+        outs = [mixed(x, data.pos, data.weight) for _ in range(40)]
+        picked_fine = sum(bool(torch.equal(o, fine)) for o in outs)
+        assert sum(bool(torch.equal(o, coarse)) for o in outs) + picked_fine == 40
+        assert 8 <= picked_fine <= 32  # Binomial(40, 1/2): outside with probability 2e-5
+    with pytest.raises(ValueError, match="fraction"):
+        script.MixedResolution(model, [mesh], size, 1.5)
+    results = script.main(["--scale", "tiny", "--families", "lognormal", "--models", "mesh_fno",
+                           "--mix-resolution", "0.5"])
+    op = results["lognormal"]["operators"]["mesh_fno"].model
+    assert isinstance(op, script.MixedResolution) and op.fraction == 0.5
+    for bad in (["--mix-resolution", "1.5"], ["--mix-resolution", "0.5", "--supersample", "2"]):
         with pytest.raises(SystemExit):
             script.main(["--scale", "tiny", *bad])
 
