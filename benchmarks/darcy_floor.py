@@ -168,6 +168,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--scale", choices=sorted(dc.SCALES), default="cpu")
     parser.add_argument("--domain", choices=dc.DOMAINS, default="square")
     parser.add_argument("--families", nargs="+", choices=sorted(FAMILIES), default=["lognormal", "piecewise"])
+    parser.add_argument("--mesh-n", type=int, default=None,
+                        help="the training mesh's size, as darcy_compare.py's --mesh-n (default: the scale's)")
+    parser.add_argument("--n-train", type=int, default=None,
+                        help="training samples of the race: its test samples follow them (default: the scale's)")
     parser.add_argument("--n-test", type=int, default=None, help="test samples (default: the scale's)")
     parser.add_argument("--draws", type=int, default=32, help="conditional draws per sample and mesh (default 32)")
     parser.add_argument("--burn", type=int, default=3000,
@@ -179,19 +183,22 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.draws < 2:
         parser.error(f"--draws must be at least 2 (the check uses half of them), got {args.draws}")
-    if args.n_test is not None and args.n_test < 1:
-        parser.error(f"--n-test must be positive, got {args.n_test}")
+    for name in ("mesh_n", "n_train", "n_test"):
+        value = getattr(args, name)
+        if value is not None and value < (0 if name == "n_train" else 1):
+            parser.error(f"--{name.replace('_', '-')} must be {'non-negative' if name == 'n_train' else 'positive'}, "
+                         f"got {value}")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     scale = dc.SCALES[args.scale]
-    if args.n_test is not None:
-        scale = replace(scale, n_test=args.n_test)
+    scale = replace(scale, **{k: v for k in ("mesh_n", "n_train", "n_test") if (v := getattr(args, k)) is not None})
     tic, cpu = time.perf_counter(), time.process_time()
     floors = {f: bayes_floor(scale, f, args.domain, args.draws, args.burn, args.thin, only=args.meshes)
               for f in args.families}
     fem = {f: dc.fem_floor(scale, f, args.domain) for f in args.families}
     text = table(floors, fem)
     load = os.getloadavg()
-    text += (f"\nscale {args.scale}, domain {args.domain}, {args.draws} draws (sign chain: burn {args.burn}, "
+    text += (f"\nscale {args.scale} (training mesh n = {scale.mesh_n}, test samples {scale.n_train} to "
+             f"{scale.n_train + scale.n_test - 1}), domain {args.domain}, {args.draws} draws (sign chain: burn {args.burn}, "
              f"thin {args.thin}); {time.perf_counter() - tic:.0f} s wall, {time.process_time() - cpu:.0f} s CPU; "
              f"load average {load[0]:.1f} / {load[2]:.1f} (1 / 15 min)\n")
     print(text)

@@ -88,3 +88,16 @@ def test_bad_arguments_are_refused(script):
         script.main(["--draws", "1"])
     with pytest.raises(ValueError, match="unknown family"):
         script.conditional_draws(None, "smooth", None, None, None, 2, 1, 1)
+
+
+def test_race_sizes_reach_the_floor(script):
+    """``--mesh-n`` and ``--n-train`` pick the race's training mesh and its test samples (those after
+    the training samples), as ``darcy_compare.py`` does."""
+    result = script.main(["--scale", "tiny", "--mesh-n", "4", "--n-train", "1", "--n-test", "1", "--draws", "2",
+                          "--families", "lognormal", "--meshes", "train"])
+    floor = result["floors"]["lognormal"]
+    assert list(floor) == ["train"]
+    assert floor["train"]["nodes"] == len(script.dc.benchmark_meshes(4)["train"].points)
+    assert len(floor["train"]["samples"]) == 1
+    with pytest.raises(SystemExit):
+        script.main(["--scale", "tiny", "--mesh-n", "0"])
