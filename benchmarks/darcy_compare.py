@@ -802,12 +802,15 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
         if reference:
             scored["test_reference_resolved"] = cross_mesh_report(resolved, targets, reference="train",
                                                                   batch_size=scale.batch_size)
-    if scale.symmetries:  # every model also averaged over the domain's symmetries
-        averaged = {name: symmetrize(op, SYMMETRIES[domain]) for name, op in operators.items()}
+    if scale.symmetries:  # every model also averaged over the domain's symmetries (inside the refinement)
+        averaged = {"": {name: symmetrize(op, SYMMETRIES[domain]) for name, op in operators.items()}}
+        if resolve:
+            averaged["_resolved"] = {name: symmetrize(op, SYMMETRIES[domain]) for name, op in resolved.items()}
         samples = {"test": test, "test_reference": targets if reference else None}
         for key in [k for k, v in samples.items() if v is not None]:
-            scored[key + "_symmetrized"] = cross_mesh_report(averaged, samples[key], reference="train",
-                                                             batch_size=scale.batch_size)
+            for how, ops in averaged.items():
+                scored[key + how + "_symmetrized"] = cross_mesh_report(ops, samples[key], reference="train",
+                                                                       batch_size=scale.batch_size)
     for name in operators:
         for key, rep in scored.items():
             rows[name][key] = errors = {mesh: rep.mean(name, mesh) for mesh in rep.nodes}
@@ -826,6 +829,11 @@ EXTRA_SCORES = {
     "test_symmetrized": "averaged over the domain's symmetries (`--symmetries`)",
     "test_reference_symmetrized": "averaged over the domain's symmetries, against the twice-refined "
                                   "training mesh's solutions (`--symmetries --reference-targets`)",
+    "test_resolved_symmetrized": "averaged over the domain's symmetries inside the refinement "
+                                 "(`--symmetries --resolve-quadrature`)",
+    "test_reference_resolved_symmetrized": "averaged over the domain's symmetries inside the refinement, "
+                                           "against the twice-refined training mesh's solutions "
+                                           "(`--symmetries --resolve-quadrature --reference-targets`)",
 }
 
 

@@ -399,6 +399,25 @@ def test_symmetries_train_on_every_image_and_score_the_average(script):
         script.main(["--scale", "tiny", "--domain", "holes", "--symmetries"])
 
 
+def test_symmetries_with_the_resolved_quadrature_average_inside_the_refinement(script):
+    """``--symmetries --resolve-quadrature`` also scores the average over the images computed on the
+    refined meshes. The meshes that need no refinement (all but the graded one here) score as the
+    plain average, to rounding; the graded mesh's score is the average's through the refinement."""
+    results = script.main(["--scale", "tiny", "--families", "lognormal", "--models", "mesh_fno", "--symmetries",
+                           "--resolve-quadrature", "--reference-targets"])
+    row = results["lognormal"]["models"]["mesh_fno"]
+    for key in ("test", "test_reference"):
+        plain, both = row[key + "_symmetrized"], row[key + "_resolved_symmetrized"]
+        resolved = row[key + "_resolved"]
+        for mesh in ("train", "refined", "foreign"):  # no edge longer than the training mesh's: not refined
+            assert resolved[mesh] == pytest.approx(row[key][mesh], rel=1e-6)
+            assert both[mesh] == pytest.approx(plain[mesh], rel=1e-6)
+        # the graded mesh is refined, and the images are averaged on the refined mesh
+        assert both["graded"] != pytest.approx(plain["graded"], rel=1e-4)
+        assert both["graded"] != pytest.approx(resolved["graded"], rel=1e-4)
+        assert row["worst_over_train" + key[len("test"):] + "_resolved_symmetrized"] > 0
+
+
 def test_validation_scores_each_model_at_its_best_epoch(script, tmp_path):
     import importlib.util
 
