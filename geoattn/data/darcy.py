@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import meshio
 import numpy as np
 import torch
-from scipy.sparse import csc_matrix
+from scipy.sparse import csc_matrix, csr_matrix
+from scipy.sparse.csgraph import reverse_cuthill_mckee
 from scipy.sparse.linalg import splu
 
 from ..mesh import MeshData, from_meshio
@@ -47,7 +48,8 @@ class DarcyProblem:
     of freedom and the products :math:`|J|\,w_q\,\nabla\varphi_i\cdot\nabla\varphi_j` at every
     quadrature point are built once per mesh, so the stiffness matrix of a new coefficient is one
     contraction :math:`K_{ij} = \sum_{e,q} a(x_{e,q})\,|J_e| w_q \nabla\varphi_i\cdot\nabla\varphi_j`,
-    followed by one sparse LU factorisation (minimum-degree ordering).
+    followed by one sparse LU factorisation (minimum-degree ordering, started from the
+    reverse Cuthill–McKee order of the interior nodes).
 
     Args:
         mesh (meshio.Mesh): a triangle (2-D) or tetrahedron (3-D) mesh; every boundary facet gets
@@ -70,11 +72,23 @@ class DarcyProblem:
         self.quad_shape = x.shape[1:]
         self.quad_points = x.reshape(x.shape[0], -1).T  # [M * Q, d]
         self.boundary = self.basis.get_dofs().all()
-        self.interior = np.setdiff1d(np.arange(self.basis.N), self.boundary)
         # P1 gradients do not depend on the coefficient: keep dx * grad(phi_i) . grad(phi_j) at
         # every quadrature point, so a new coefficient costs one contraction (no re-assembly).
         grads = np.stack([self.basis.basis[i][0].grad for i in range(self.basis.Nbfun)])  # [V, d, M, Q]
         self._local = np.einsum("idmq,jdmq,mq->mqij", grads, grads, self.basis.dx)  # [M, Q, V, V]
+        # The interior nodes in reverse Cuthill-McKee order of the matrix graph: SuperLU's minimum
+        # degree ordering is fast from a banded start and slow from a scattered one (a twice-refined
+        # mesh's numbering: 16 129 unknowns factor in 0.07 s instead of 1.1 s, the same fill).
+        self.interior = np.setdiff1d(np.arange(self.basis.N), self.boundary)
+        self._number_interior()
+        n = len(self.interior)
+        pattern = csr_matrix((np.ones(len(self._rows)), (self._rows, self._cols)), shape=(n, n))
+        self.interior = self.interior[reverse_cuthill_mckee(pattern, symmetric_mode=True)]
+        self._number_interior()
+        self._loads: dict[float, np.ndarray] = {}
+
+    def _number_interior(self) -> None:
+        """Matrix rows and columns of the local entries, in the order of ``self.interior``."""
         index = np.full(self.basis.N, -1)
         index[self.interior] = np.arange(len(self.interior))
         dofs = index[self.basis.element_dofs.T]  # [M, V] interior numbering, -1 on the boundary
@@ -82,7 +96,6 @@ class DarcyProblem:
         cols = np.repeat(dofs[:, None, :], dofs.shape[1], 1)
         self._keep = ((rows >= 0) & (cols >= 0)).ravel()
         self._rows, self._cols = rows.ravel()[self._keep], cols.ravel()[self._keep]
-        self._loads: dict[float, np.ndarray] = {}
 
     @property
     def nodes(self) -> np.ndarray:
@@ -98,7 +111,8 @@ class DarcyProblem:
         return values
 
     def stiffness(self, coefficient):
-        """Interior block of the stiffness matrix for the coefficient ``a`` (CSC)."""
+        """Interior block of the stiffness matrix for the coefficient ``a`` (CSC), its rows and
+        columns in the order of ``self.interior`` (a bandwidth-reducing order, not sorted)."""
         a = self._at_quad(coefficient)
         if np.any(a <= 0):
             raise ValueError(f"the coefficient must be positive; its minimum is {a.min():.3g}")
