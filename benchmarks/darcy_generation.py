@@ -5,6 +5,12 @@
 Measures (1) the solver alone in this process (GRF evaluation at the quadrature points and the
 nodes, assembly, sparse LU, solve) and (2) full generation into an HDF5 file with 1 process and
 with every core, including process start-up and writing. Each process uses one BLAS thread.
+
+    python benchmarks/darcy_generation.py --factorisation
+
+times instead the sparse LU of one stiffness matrix on the same mesh refined 0 to 3 times, with the
+interior nodes in the solver's order (reverse Cuthill-McKee, then SuperLU's minimum degree) and in
+the mesh's own numbering (minimum degree alone), with the fill of each.
 """
 
 from __future__ import annotations
@@ -21,18 +27,59 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from geoattn.data.darcy import DarcyProblem, solve_sample  # noqa: E402
+import numpy as np  # noqa: E402
+from scipy.sparse.linalg import splu  # noqa: E402
+
+from geoattn.data.darcy import FAMILIES, DarcyProblem, solve_sample  # noqa: E402
 from geoattn.data.generate import generate_darcy  # noqa: E402
 from geoattn.data.recipe import Recipe  # noqa: E402
 
 MESH = {"family": "unit_square", "n": 32, "kind": "irregular", "seed": 0, "refine": 1}
 
 
+def _factor(matrix) -> tuple[float, int]:
+    """CPU seconds of the solver's sparse LU of ``matrix`` (best of three) and its fill."""
+    best = float("inf")
+    for _ in range(3):
+        cpu = time.process_time()
+        lu = splu(matrix, permc_spec="MMD_AT_PLUS_A", options={"SymmetricMode": True})
+        best = min(best, time.process_time() - cpu)
+    return best, lu.L.nnz + lu.U.nnz
+
+
+def factorisation(family: str, refinements=range(4), natural_up_to: int = 40_000) -> list[dict]:
+    """The LU of one stiffness matrix per refinement of the benchmark mesh, in the solver's order
+    of the interior nodes and in sorted order (skipped above ``natural_up_to`` unknowns)."""
+    rows = []
+    for refine in refinements:
+        recipe = Recipe(meshes={"mesh": {**MESH, "refine": refine}}, n=1, seed=0, family=family)
+        problem = DarcyProblem(recipe.load_meshes()["mesh"])
+        matrix = problem.stiffness(FAMILIES[family](recipe.field().sample(0, 0)))
+        order = np.argsort(problem.interior)  # the mesh's own numbering of the interior nodes
+        row = {"nodes": len(problem.nodes), "unknowns": matrix.shape[0]}
+        row["rcm_s"], row["rcm_fill"] = _factor(matrix)
+        if matrix.shape[0] <= natural_up_to:
+            row["sorted_s"], row["sorted_fill"] = _factor(matrix.tocsr()[order][:, order].tocsc())
+        rows.append(row)
+        print(f"- {row['nodes']} nodes ({row['unknowns']} unknowns): LU {1e3 * row['rcm_s']:.1f} ms, fill "
+              f"{row['rcm_fill']:,} in the solver's order; "
+              + (f"{1e3 * row['sorted_s']:.1f} ms, fill {row['sorted_fill']:,} in the mesh's numbering"
+                 if "sorted_s" in row else "the mesh's numbering skipped (too slow)"), flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=200, help="samples per measurement")
     parser.add_argument("--family", default="piecewise", choices=["piecewise", "lognormal"])
+    parser.add_argument("--factorisation", action="store_true",
+                        help="time the sparse LU on the mesh refined 0-3 times, in the solver's order of the "
+                             "interior nodes and in the mesh's numbering")
     args = parser.parse_args()
+    if args.factorisation:
+        print(f"sparse LU (CPU time, best of 3), {args.family}, load average {os.getloadavg()[0]:.1f} (1 min):")
+        factorisation(args.family)
+        return
     load = os.getloadavg()
     recipe = Recipe(meshes={"mesh": MESH}, n=args.n, seed=0, family=args.family)
     meshes = recipe.load_meshes()
