@@ -24,6 +24,7 @@ import functools
 import importlib
 import logging
 import sys
+import time
 from collections.abc import Iterable
 from types import ModuleType
 
@@ -86,6 +87,50 @@ class _NoProgress:
         pass
 
 
+class _LogProgress(_NoProgress):
+    """Stand-in for a bar when standard error is not a terminal: one plain line there, at most
+    every ``interval`` seconds and none in the first, with the count, the elapsed time and, when
+    the total is known, the time left. A log of an hour-long loop shows it is moving; a short
+    loop writes nothing."""
+
+    interval = 60.0
+
+    def __init__(self, iterable: Iterable | None = None, total: float | None = None, desc: str | None = None,
+                 unit: str = "it", initial: float = 0, **_):
+        super().__init__(iterable)
+        if total is None and hasattr(iterable, "__len__"):
+            total = len(iterable)
+        self.total, self.desc, self.unit, self.n, self.initial = total, desc, unit, initial, initial
+        self.start = self.last = time.monotonic()
+
+    def __iter__(self):
+        for item in super().__iter__():
+            yield item
+            self.update()
+
+    def update(self, n: float = 1) -> None:
+        self.n += n
+        now = time.monotonic()
+        if now - self.last >= self.interval:
+            self.last = now
+            sys.stderr.write(self._line(now - self.start) + "\n")
+            sys.stderr.flush()
+
+    def _line(self, elapsed: float) -> str:
+        def clock(seconds: float) -> str:
+            minutes, seconds = divmod(int(seconds), 60)
+            return f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}"
+
+        head = f"{self.desc}: " if self.desc else ""
+        count = f"{self.n:g}" + (f"/{self.total:g}" if self.total else "") + f" {self.unit}"
+        if self.total and self.n > self.initial:  # the rate of this run, not of the count resumed from
+            share = f" ({100 * self.n / self.total:.0f} %)"
+            left = f", about {clock(elapsed * (self.total - self.n) / (self.n - self.initial))} left"
+        else:
+            share = left = ""
+        return f"{head}{count}{share}, {clock(elapsed)} elapsed{left}"
+
+
 @functools.cache
 def _say_once(message: str) -> None:
     log.info("%s", message)
@@ -113,14 +158,16 @@ def progress(iterable: Iterable | None = None, *, enabled: bool = True, **tqdm_k
         enabled: show a bar (default ``True``).
         **tqdm_kwargs: passed to tqdm (``total``, ``desc``, ``unit``, ``leave``, ...).
     """
-    if enabled and _is_terminal(sys.stderr):
-        try:
-            tqdm = require("tqdm.auto", "progress", "progress bars").tqdm
-        except MissingDependencyError as err:
-            _say_once(str(err))
-        else:
-            return tqdm(iterable, **tqdm_kwargs)
-    return _NoProgress(iterable)
+    if not enabled:
+        return _NoProgress(iterable)
+    if not _is_terminal(sys.stderr):
+        return _NoProgress(iterable) if tqdm_kwargs.get("disable") else _LogProgress(iterable, **tqdm_kwargs)
+    try:
+        tqdm = require("tqdm.auto", "progress", "progress bars").tqdm
+    except MissingDependencyError as err:
+        _say_once(str(err))
+        return _NoProgress(iterable)
+    return tqdm(iterable, **tqdm_kwargs)
 
 
 __all__ = ["MissingDependencyError", "progress", "require"]

@@ -102,6 +102,31 @@ def test_no_bar_when_standard_error_is_not_a_terminal(caplog, capsys):
     assert optional._is_terminal(object()) is False
 
 
+def test_redirected_progress_writes_a_plain_line_at_most_once_a_minute(monkeypatch, capsys):
+    """Not on a terminal, a long loop writes one newline-terminated line per interval (count,
+    share, elapsed and remaining time) and nothing before the first interval has passed."""
+    clock = [1000.0]
+    monkeypatch.setattr(optional.time, "monotonic", lambda: clock[0])
+    bar = progress(range(10), desc="floor", unit="sample")
+    seen = []
+    for i in bar:
+        clock[0] += 25.0  # 25 s per item: lines after items 3, 6 and 9 (75, 150, 225 s)
+        seen.append(i)
+    assert seen == list(range(10))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["floor: 3/10 sample (30 %), 0:01:15 elapsed, about 0:02:55 left",
+                     "floor: 6/10 sample (60 %), 0:02:30 elapsed, about 0:01:40 left",
+                     "floor: 9/10 sample (90 %), 0:03:45 elapsed, about 0:00:25 left"]
+    with progress(desc="steps") as driven:  # no total: the count and the elapsed time
+        clock[0] += 61.0
+        driven.update(4)
+    assert capsys.readouterr().err == "steps: 4 it, 0:01:01 elapsed\n"
+    with progress(total=8, initial=2, desc="resumed") as resumed:  # counts on from ``initial``
+        clock[0] += 60.0
+        resumed.update(2)
+    assert capsys.readouterr().err == "resumed: 4/8 it (50 %), 0:01:00 elapsed, about 0:02:00 left\n"
+
+
 # Run in a fresh interpreter in which the blocked packages cannot be imported (torch and
 # torch_geometric load first: torch.hub imports tqdm by itself when it is installed).
 _BLOCKED_IMPORT = """
