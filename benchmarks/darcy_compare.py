@@ -92,6 +92,7 @@ from geoattn.mesh.symmetry import augment, dihedral
 from geoattn.eval import CrossMeshReport, ResolvedQuadrature, cross_mesh_report, training_size
 from geoattn.mesh import families, from_meshio
 from geoattn.mesh.interpolation import linear_interpolation
+from geoattn.mesh.registry import mesh_key
 from geoattn.mesh.refinement import refine_to
 from geoattn.models import MODELS, NeuralOperator, build_model
 from geoattn.nn.spectral import resolved_modes
@@ -119,6 +120,7 @@ class Scale:
     seconds: float | None = None  # wall-clock budget per model (None: train for ``epochs``)
     supersample: int = 1  # geoattn models compute on meshes refined to the training edge / this
     mix_resolution: float = 0.0  # share of training batches geoattn models compute on meshes refined to the edge / 2
+    coarsen: float = 0.0  # share of training samples whose input geoattn models see through a thinned node set
     mesh_fno_modes: int | None = None  # mesh_fno's modes (None: :func:`mesh_fno_modes`)
     quadrature: str = "nodal"  # mesh_fno's forward transforms: nodal quadrature or exact on the P1 interpolant
     mesh_fno_local: float | None = None  # mesh_fno's local integral: its radius in training-mesh cells (None: none)
@@ -493,6 +495,61 @@ class MixedResolution(ResolvedQuadrature):
         return self.op(x, pos, weight, batch)
 
 
+class CoarsenedInputs:
+    """A forward pre-hook that, while its model trains, replaces each sample's input with
+    probability ``fraction`` by the piecewise-linear interpolant of its values at a random subset
+    of the nodes: the nodes are kept with a probability that ramps from ``q`` (drawn log-uniform in
+    ``[least, 1]``) to 1 across the domain in a random direction, and the hull's vertices always.
+    The model then sees inputs as a coarser or graded mesh shows them (resolved on nodes as dense
+    as the training mesh's). Each mesh gets a pool of ``pool`` subsets, drawn once. In evaluation
+    the inputs pass as they are; the hook adds nothing to the model's state or checkpoints.
+    ``model.register_forward_pre_hook(CoarsenedInputs(p))``."""
+
+    def __init__(self, fraction: float, least: float = 0.08, pool: int = 16, seed: int = 0):
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"fraction must be in [0, 1], got {fraction!r}")
+        if not 0.0 < least <= 1.0:
+            raise ValueError(f"least must be in (0, 1], got {least!r}")
+        self.fraction, self.least, self.pool = float(fraction), float(least), int(pool)
+        self.rng = np.random.default_rng(seed)
+        self.stencils: dict = {}  # mesh_key -> [(index [N, 3], coeff [N, 3])]
+
+    def subsets(self, pos: torch.Tensor) -> list:
+        """The pool of interpolation stencils of the mesh with nodes ``pos``."""
+        key = mesh_key(pos)
+        if key not in self.stencils:
+            p = pos.detach().to("cpu", torch.float64)
+            hull = np.unique(Delaunay(p.numpy()).convex_hull)
+            pool = []
+            for _ in range(self.pool):
+                direction = self.rng.normal(size=p.shape[1])
+                t = p.numpy() @ direction
+                t = (t - t.min()) / (t.max() - t.min())
+                q = np.exp(self.rng.uniform(np.log(self.least), 0.0))
+                keep = self.rng.random(len(p)) < q + (1 - q) * t
+                keep[hull] = True
+                kept = np.flatnonzero(keep)
+                interp = linear_interpolation(p[kept], p)
+                pool.append((torch.as_tensor(kept)[interp.index], interp.coeff))
+            self.stencils[key] = pool
+        return self.stencils[key]
+
+    def __call__(self, module: torch.nn.Module, args: tuple):
+        if not module.training or self.fraction == 0:
+            return None
+        x, pos, weight, *rest = args
+        batch = rest[0] if rest else None
+        counts = [len(pos)] if batch is None else torch.bincount(batch).tolist()
+        parts = []
+        for gx, gpos in zip(x.split(counts), pos.split(counts)):
+            if float(torch.rand(())) < self.fraction:
+                pool = self.subsets(gpos)
+                index, coeff = pool[int(torch.randint(len(pool), ()))]
+                gx = (gx[index.to(x.device)] * coeff.to(x)[..., None]).sum(1)
+            parts.append(gx)
+        return (torch.cat(parts), pos, weight, *rest)
+
+
 def supersampled_size(mesh_n: int, domain: str = "square", supersample: int = 1) -> float:
     """The longest edge the geoattn models compute on: the training mesh's over ``supersample``."""
     return training_size(benchmark_meshes(mesh_n, domain)["train"]) / supersample
@@ -628,6 +685,7 @@ def budget_epochs(op: NormalizedOperator, train: list, scale: Scale, seed: int =
     with torch.no_grad():
         for t, t0 in zip(tensors, initial):
             t.copy_(t0)
+    log.info("probe epochs: %s s (%s)", ", ".join(f"{s:.1f}" for s in seconds), scale.clock)
     return max(1, int(scale.seconds / float(np.median(seconds[1:] or seconds))))
 
 
@@ -749,6 +807,8 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
             elif scale.mix_resolution > 0 and name in MODELS:
                 model = MixedResolution(model, [], supersampled_size(scale.mesh_n, domain, 2), scale.mix_resolution)
                 model.register(train[:len(SYMMETRIES[domain])] if scale.symmetries else train[:1])  # training meshes
+            if scale.coarsen > 0 and name in MODELS:
+                model.register_forward_pre_hook(CoarsenedInputs(scale.coarsen, seed=seed))
             return NormalizedOperator(model).to(device)  # patched models: the trainer fits the partition
 
         torch.manual_seed(seed)
@@ -847,6 +907,9 @@ def markdown(results: dict, scale: Scale) -> str:
         out.append(f"geoattn's models compute a share {scale.mix_resolution:g} of their training batches on the "
                    f"training mesh refined to half its longest edge (`--mix-resolution`); they are scored on the "
                    f"meshes as they are.\n")
+    if scale.coarsen > 0:
+        out.append(f"geoattn's models see a share {scale.coarsen:g} of their training inputs through a random "
+                   f"subset of the nodes, interpolated back (`--coarsen`); they are scored on the inputs as they are.\n")
     if scale.symmetries:
         out.append("Every model trains on each training sample carried by the domain's symmetries "
                    "(`--symmetries`).\n")
@@ -1029,6 +1092,9 @@ def main(argv: list[str] | None = None) -> dict:
                              "refined to half its longest edge (input interpolated linearly, output read at the "
                              "data's nodes), the others on the mesh as it is; scored on the meshes as they are "
                              "(default 0)")
+    parser.add_argument("--coarsen", type=float, metavar="P",
+                        help="share P of the training samples whose input geoattn's models see through a random "
+                             "subset of the nodes, thinned harder toward one side, interpolated back (default 0)")
     parser.add_argument("--symmetries", action="store_true",
                         help="train every model on each training sample carried by the domain's symmetries "
                              "(SYMMETRIES: the square's 8, the L-shape's diagonal reflection), checked with "
@@ -1050,6 +1116,8 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error(f"--ensemble must be at least 1, got {args.ensemble}")
     if args.mix_resolution is not None and not 0 <= args.mix_resolution <= 1:
         parser.error(f"--mix-resolution must be in [0, 1], got {args.mix_resolution}")
+    if args.coarsen is not None and not 0 <= args.coarsen <= 1:
+        parser.error(f"--coarsen must be in [0, 1], got {args.coarsen}")
     if args.mix_resolution and args.supersample > 1:
         parser.error("--mix-resolution trains on the meshes as they are and refined; --supersample on the refined "
                      "ones only: give one of them")

@@ -145,6 +145,62 @@ def bayes_floor(scale: dc.Scale, family: str, domain: str = "square", draws: int
             for name, e in errors.items() if e}
 
 
+def transfer_bound(errors: dict[str, np.ndarray], floors: dict[str, np.ndarray], reference: str = "train") -> dict:
+    """What a model's transfer would be if it kept its excess over the floor.
+
+    The conditional mean ``u*`` is the orthogonal projection of the solution on the functions of
+    the nodes, so a predictor ``f`` of them has ``E|f - u|^2 = E|u* - u|^2 + E|f - u*|^2``: its
+    squared error is the floor's plus its excess over ``u*``. ``errors`` and ``floors`` are the
+    model's errors and the floor per mesh and test sample (the same samples in the same order).
+    Per mesh: ``error`` (mean), ``rms`` (RMS), ``excess`` (RMS over the samples of the excess, ``sqrt(mean(e^2 -
+    f^2))``, 0 where the floor is above the error), ``excess_ratio`` (over the reference mesh's
+    excess), ``ratio`` (mean error over the reference mesh's) and ``kept`` (the ratio of a model
+    whose every sample kept its reference-mesh excess: mean of ``sqrt(e_ref^2 - f_ref^2 + f^2)``
+    over the reference mesh's mean error). The squared errors are the race's relative ones, so the
+    split holds approximately (the norm that divides them is the sample's own)."""
+    if reference not in errors or reference not in floors:
+        raise ValueError(f"the reference mesh {reference!r} needs the model's errors and the floor")
+    e_ref, f_ref = np.asarray(errors[reference]), np.asarray(floors[reference])
+    excess_ref = np.clip(e_ref**2 - f_ref**2, 0.0, None)
+    out = {}
+    for name in [m for m in errors if m in floors]:
+        e, f = np.asarray(errors[name]), np.asarray(floors[name])
+        if e.shape != f.shape or e.shape != e_ref.shape:
+            raise ValueError(f"mesh {name!r}: {e.size} model errors and {f.size} floor values, {e_ref.size} on "
+                             f"{reference!r}: the same test samples are needed")
+        excess = float(np.sqrt(np.clip(e**2 - f**2, 0.0, None).mean()))
+        out[name] = {"error": float(e.mean()), "rms": float(np.sqrt((e**2).mean())), "excess": excess,
+                     "excess_ratio": excess / float(np.sqrt(excess_ref.mean())),
+                     "ratio": float(e.mean() / e_ref.mean()),
+                     "kept": float(np.sqrt(excess_ref + f**2).mean() / e_ref.mean())}
+    return out
+
+
+def transfer_table(results: Path, floors_file: Path, model: str, scores: str) -> str:
+    """:func:`transfer_bound` of ``model``'s per-sample ``scores`` in a ``darcy_compare.py``
+    results.json against both floor estimates of a floors.json, per family in both."""
+    race = json.loads(Path(results).read_text())["results"]
+    floors = json.loads(Path(floors_file).read_text())["floors"]
+    lines = []
+    for family in [f for f in floors if f in race]:
+        models = race[family]["models"]
+        if model not in models or scores not in models[model].get("samples", {}):
+            raise ValueError(f"{results}: no per-sample {scores!r} of {model!r} for {family}")
+        errors = models[model]["samples"][scores]
+        rows = {kind: transfer_bound(errors, {m: (r if kind == "mean" else r["spread"])["samples"]
+                                              for m, r in floors[family].items()})
+                for kind in ("mean", "spread")}
+        lines += [f"**{family}**, `{model}` ({scores}) against the floor (error of the mean / spread of the draws):",
+                  "", "| mesh | error (RMS) | ratio to train | RMS excess over the floor | excess / train's | "
+                  "ratio if train's excess were kept |", "|---|---|---|---|---|---|"]
+        for name, a in rows["mean"].items():
+            b = rows["spread"][name]
+            lines.append(f"| {name} | {a['error']:.4f} ({a['rms']:.4f}) | {a['ratio']:.2f} | {a['excess']:.4f} / {b['excess']:.4f} | "
+                         f"{a['excess_ratio']:.2f} / {b['excess_ratio']:.2f} | {a['kept']:.2f} / {b['kept']:.2f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def table(floors: dict, fem: dict) -> str:
     lines = []
     for family, rows in floors.items():
@@ -180,7 +236,22 @@ def main(argv: list[str] | None = None) -> dict:
                         help="piecewise: moves of the sign chain between draws (default 200)")
     parser.add_argument("--meshes", nargs="+", default=None, help="only these meshes of the race (default: all)")
     parser.add_argument("--out", type=Path, default=None, help="write floors.json and floors.md here")
+    parser.add_argument("--transfer", nargs=2, type=Path, metavar=("FLOORS_JSON", "RESULTS_JSON"),
+                        help="draw nothing: split a race's per-sample errors (darcy_compare.py --out) into the "
+                             "floors.json's floor and the model's excess, and give the transfer ratio the model "
+                             "would have if it kept its training-mesh excess on every mesh")
+    parser.add_argument("--model", default="mesh_fno", help="with --transfer: the race's model (default mesh_fno)")
+    parser.add_argument("--scores", default="test_reference",
+                        help="with --transfer: which of its scores, e.g. test_reference_resolved_symmetrized "
+                             "(default test_reference: against the continuum, as the floor)")
     args = parser.parse_args(argv)
+    if args.transfer:
+        try:
+            text = transfer_table(args.transfer[1], args.transfer[0], args.model, args.scores)
+        except (OSError, ValueError, KeyError) as err:
+            parser.error(f"--transfer: {err}")
+        print(text)
+        return {"transfer": text}
     if args.draws < 2:
         parser.error(f"--draws must be at least 2 (the check uses half of them), got {args.draws}")
     for name in ("mesh_n", "n_train", "n_test"):

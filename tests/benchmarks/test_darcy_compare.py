@@ -348,6 +348,58 @@ def test_mixed_resolution_trains_on_both_meshes_and_scores_on_the_mesh_as_is(scr
             script.main(["--scale", "tiny", *bad])
 
 
+def test_coarsened_inputs_interpolate_from_a_subset_of_the_nodes_in_training_only(script):
+    """``CoarsenedInputs``: each subset keeps the hull's vertices and fewer nodes toward one side;
+    the kept nodes keep their values and the others take the piecewise-linear interpolant of the
+    kept ones, which reproduces affine inputs exactly and changes curved ones; a sample of a batch
+    is coarsened with probability ``fraction``; in evaluation nothing changes, and the model's
+    state holds nothing of the hook."""
+    mesh = families.unit_square(12, "irregular", seed=2)
+    data = from_meshio(mesh, dtype=torch.float64)
+    pos, n = data.pos, len(data.pos)
+    hook = script.CoarsenedInputs(1.0, least=0.1, pool=8, seed=1)
+    hull = np.unique(script.Delaunay(pos.numpy()).convex_hull)
+    for index, coeff in hook.subsets(pos):
+        kept = np.unique(index.numpy())
+        assert set(hull) <= set(kept) and len(kept) < n
+        np.testing.assert_allclose(coeff.sum(1).numpy(), 1.0, atol=1e-12)
+        own = torch.isin(torch.arange(n), torch.as_tensor(kept))
+        at_self = (coeff * (index == torch.arange(n)[:, None])).sum(1)
+        torch.testing.assert_close(at_self[own], torch.ones(int(own.sum()), dtype=coeff.dtype))
+        assert set(index[coeff > 0].unique().tolist()) <= set(kept.tolist())  # only kept nodes feed the others
+
+    class Echo(torch.nn.Module):  # returns its input: the test sees what the model saw
+        def forward(self, x, pos, weight, batch=None):
+            return x
+
+    model = Echo()
+    model.register_forward_pre_hook(hook)
+    affine = (0.3 + 2.0 * pos[:, :1] - 1.5 * pos[:, 1:]).repeat(1, 2)
+    curved = torch.sin(7 * pos[:, :1]) * torch.cos(5 * pos[:, 1:])
+    torch.manual_seed(0)
+    torch.testing.assert_close(model.train()(affine, pos, data.weight), affine)
+    seen = model(curved, pos, data.weight)
+    assert (seen - curved).abs().max() > 1e-2
+    assert bool(((seen - curved).abs() < 1e-12).sum() > n // 4)  # the kept nodes keep their values
+    torch.testing.assert_close(model.eval()(curved, pos, data.weight), curved)
+    # a batch of three copies: each copy coarsened or not on its own draw
+    hook.fraction = 0.5
+    model.train()
+    batch = torch.arange(3).repeat_interleave(n)
+    changed = []
+    for _ in range(20):
+        out = model(curved.repeat(3, 1), pos.repeat(3, 1), data.weight.repeat(3), batch)
+        changed += [bool((part - curved).abs().max() > 1e-12) for part in out.split(n)]
+    assert 15 <= sum(changed) <= 45  # Binomial(60, 1/2): outside with probability 1e-4
+    assert not any(k for k in model.state_dict())
+    with pytest.raises(ValueError, match="fraction"):
+        script.CoarsenedInputs(1.5)
+    results = script.main(["--scale", "tiny", "--families", "lognormal", "--models", "mesh_fno", "--coarsen", "0.5"])
+    assert results["lognormal"]["models"]["mesh_fno"]["test"]["train"] > 0
+    with pytest.raises(SystemExit):
+        script.main(["--scale", "tiny", "--coarsen", "-0.1"])
+
+
 def test_grid_fno_runs_a_batch_of_mixed_meshes_as_its_graphs_one_by_one(script):
     """A batch whose graphs lie on different meshes (the images of one mesh under the square's
     symmetries) goes through FNO as one grid batch, and equals each graph run alone."""

@@ -101,3 +101,39 @@ def test_race_sizes_reach_the_floor(script):
     assert len(floor["train"]["samples"]) == 1
     with pytest.raises(SystemExit):
         script.main(["--scale", "tiny", "--mesh-n", "0"])
+
+
+def test_transfer_bound_splits_the_error_into_floor_and_excess(script):
+    """A model that keeps its excess over the floor on every sample (``e_g^2 = e_t^2 - f_t^2 +
+    f_g^2``) has excess ratio 1 and its own ratio as ``kept``; one whose excess doubles has excess
+    ratio 2 and keeps ``kept``; a floor above the error counts as no excess."""
+    rng = np.random.default_rng(0)
+    f_t, f_g = rng.uniform(0.005, 0.01, 40), rng.uniform(0.01, 0.02, 40)
+    e_t = np.sqrt(f_t**2 + rng.uniform(0.01, 0.02, 40) ** 2)
+    floors = {"train": f_t, "graded": f_g}
+    same = script.transfer_bound({"train": e_t, "graded": np.sqrt(e_t**2 - f_t**2 + f_g**2)}, floors)
+    assert same["train"]["excess_ratio"] == pytest.approx(1.0) and same["train"]["kept"] == pytest.approx(1.0)
+    assert same["graded"]["excess_ratio"] == pytest.approx(1.0)
+    assert same["graded"]["kept"] == pytest.approx(same["graded"]["ratio"])
+    assert same["graded"]["ratio"] > 1.05  # the floor alone moves the ratio
+    double = script.transfer_bound({"train": e_t, "graded": np.sqrt(f_g**2 + 4 * (e_t**2 - f_t**2))}, floors)
+    assert double["graded"]["excess_ratio"] == pytest.approx(2.0)
+    assert double["graded"]["kept"] == pytest.approx(same["graded"]["kept"])
+    below = script.transfer_bound({"train": e_t, "graded": f_g / 2}, floors)
+    assert below["graded"]["excess"] == 0.0
+    with pytest.raises(ValueError, match="same test samples"):
+        script.transfer_bound({"train": e_t, "graded": e_t[:5]}, floors)
+
+
+def test_transfer_table_reads_a_race_and_its_floor(script, tiny, tmp_path):
+    """``--transfer FLOORS_JSON RESULTS_JSON``: the race's per-sample errors (its test samples are
+    the floor's) against both floor estimates; a score the race did not keep is refused."""
+    _, floor_out = tiny
+    script.dc.main(["--scale", "tiny", "--families", "lognormal", "--models", "mesh_fno", "--reference-targets",
+             "--out", str(tmp_path)])
+    text = script.main(["--transfer", str(floor_out / "floors.json"), str(tmp_path / "results.json")])["transfer"]
+    assert "**lognormal**, `mesh_fno` (test_reference)" in text
+    assert all(f"| {mesh} |" in text for mesh in ("train", "refined", "graded", "foreign"))
+    with pytest.raises(SystemExit):
+        script.main(["--transfer", str(floor_out / "floors.json"), str(tmp_path / "results.json"),
+                     "--scores", "test_resolved"])
