@@ -12,8 +12,9 @@ prediction in mean square is the conditional mean of the solution given what the
 the average of the solutions over the coefficients that agree with the nodes. Those are drawn from
 the Gaussian random field conditioned on that information
 (:mod:`geoattn.data.conditional`): its values for lognormal coefficients (exact Gaussian
-conditioning), its signs for piecewise-constant ones (elliptical slice sampling, started at the
-test sample itself, which is a draw of the same law). Each draw is solved on the reference mesh
+conditioning), its signs for piecewise-constant ones (a Markov chain started at the test sample
+itself, which is a draw of the same law: exact Hamiltonian Monte Carlo, whose draws are nearly
+independent, or with ``--sampler slice`` elliptical slice sampling, which the first floors used). Each draw is solved on the reference mesh
 and read at the mesh's nodes as the reference targets are.
 
 The floor is the error of ``u*`` against each test sample, in the race's metric (weighted relative
@@ -85,20 +86,28 @@ def lag_one_correlation(draws: np.ndarray) -> float:
     return float(np.mean((x[1:] * x[:-1]).sum(0)[keep] / var[keep]))
 
 
+SAMPLERS = {"hmc": (10, 1), "slice": (3000, 200)}  # the sign chains and their default (burn, thin)
+
+
 def conditional_draws(field, family: str, truth, nodes: np.ndarray, rng: np.random.Generator,
-                      draws: int, burn: int, thin: int) -> list:
-    """``draws`` fields that agree with what ``family``'s coefficient of ``truth`` shows at the nodes."""
+                      draws: int, burn: int, thin: int, sampler: str = "hmc") -> list:
+    """``draws`` fields that agree with what ``family``'s coefficient of ``truth`` shows at the nodes
+    (``sampler``: the sign chain of a piecewise one, ``"hmc"`` or ``"slice"``)."""
     if family == "lognormal":
         cond = ValueConditionedField(field, nodes, truth(nodes))
         return [cond.sample(rng) for _ in range(draws)]
     if family == "piecewise":
-        return list(SignConditionedField(field, nodes, truth).chain(rng, draws, burn=burn, thin=thin))
+        cond = SignConditionedField(field, nodes, truth)
+        if sampler not in SAMPLERS:
+            raise ValueError(f"unknown sampler {sampler!r}; choose one of {sorted(SAMPLERS)}")
+        chain = cond.hmc if sampler == "hmc" else cond.chain
+        return list(chain(rng, draws, burn=burn, thin=thin))
     raise ValueError(f"unknown family {family!r}; choose one of {sorted(FAMILIES)}")
 
 
-def bayes_floor(scale: dc.Scale, family: str, domain: str = "square", draws: int = 32, burn: int = 3000,
-                thin: int = 200, seed: int = 0, chain_seed: int = 0, show_progress: bool = True,
-                only: list[str] | None = None) -> dict:
+def bayes_floor(scale: dc.Scale, family: str, domain: str = "square", draws: int = 32, burn: int = 10,
+                thin: int = 1, seed: int = 0, chain_seed: int = 0, show_progress: bool = True,
+                only: list[str] | None = None, sampler: str = "hmc") -> dict:
     """The floor of every mesh (or of those in ``only``):
     ``{mesh: {"nodes", "mean", "se", "rms", "samples", "mean_half", "spread", "lag_one"}}``: the
     mean, its standard error, the RMS and the values over the test samples of
@@ -130,7 +139,7 @@ def bayes_floor(scale: dc.Scale, family: str, domain: str = "square", draws: int
         nodes, weight = bases[name].pos.numpy(), bases[name].weight.numpy()
         u = solve(truth, name)
         sols = np.stack([solve(s, name) for s in conditional_draws(field, family, truth, nodes, rng,
-                                                                   draws, burn, thin)])
+                                                                   draws, burn, thin, sampler)])
         errors[name].append(float(corrected_errors(sols, u, weight)))
         half[name].append(float(corrected_errors(sols[: draws // 2], u, weight)))
         spread[name].append(float(spread_errors(sols, u, weight)))
@@ -230,10 +239,14 @@ def main(argv: list[str] | None = None) -> dict:
                         help="training samples of the race: its test samples follow them (default: the scale's)")
     parser.add_argument("--n-test", type=int, default=None, help="test samples (default: the scale's)")
     parser.add_argument("--draws", type=int, default=32, help="conditional draws per sample and mesh (default 32)")
-    parser.add_argument("--burn", type=int, default=3000,
-                        help="piecewise: moves of the sign chain before its first draw (default 3000)")
-    parser.add_argument("--thin", type=int, default=200,
-                        help="piecewise: moves of the sign chain between draws (default 200)")
+    parser.add_argument("--sampler", choices=sorted(SAMPLERS), default="hmc",
+                        help="piecewise: the sign chain, exact Hamiltonian Monte Carlo (default) or elliptical "
+                             "slice sampling")
+    parser.add_argument("--burn", type=int, default=None,
+                        help="piecewise: moves of the sign chain before its first draw (default 10 for hmc, "
+                             "3000 for slice)")
+    parser.add_argument("--thin", type=int, default=None,
+                        help="piecewise: moves of the sign chain between draws (default 1 for hmc, 200 for slice)")
     parser.add_argument("--meshes", nargs="+", default=None, help="only these meshes of the race (default: all)")
     parser.add_argument("--out", type=Path, default=None, help="write floors.json and floors.md here")
     parser.add_argument("--transfer", nargs=2, type=Path, metavar=("FLOORS_JSON", "RESULTS_JSON"),
@@ -259,18 +272,24 @@ def main(argv: list[str] | None = None) -> dict:
         if value is not None and value < (0 if name == "n_train" else 1):
             parser.error(f"--{name.replace('_', '-')} must be {'non-negative' if name == 'n_train' else 'positive'}, "
                          f"got {value}")
+    burn, thin = SAMPLERS[args.sampler]
+    args.burn = burn if args.burn is None else args.burn
+    args.thin = thin if args.thin is None else args.thin
+    if args.burn < 0 or args.thin < 1:
+        parser.error(f"need --burn >= 0 and --thin >= 1, got {args.burn} and {args.thin}")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     scale = dc.SCALES[args.scale]
     scale = replace(scale, **{k: v for k in ("mesh_n", "n_train", "n_test") if (v := getattr(args, k)) is not None})
     tic, cpu = time.perf_counter(), time.process_time()
-    floors = {f: bayes_floor(scale, f, args.domain, args.draws, args.burn, args.thin, only=args.meshes)
+    floors = {f: bayes_floor(scale, f, args.domain, args.draws, args.burn, args.thin, only=args.meshes,
+                             sampler=args.sampler)
               for f in args.families}
     fem = {f: dc.fem_floor(scale, f, args.domain) for f in args.families}
     text = table(floors, fem)
     load = os.getloadavg()
     text += (f"\nscale {args.scale} (training mesh n = {scale.mesh_n}, test samples {scale.n_train} to "
-             f"{scale.n_train + scale.n_test - 1}), domain {args.domain}, {args.draws} draws (sign chain: burn {args.burn}, "
-             f"thin {args.thin}); {time.perf_counter() - tic:.0f} s wall, {time.process_time() - cpu:.0f} s CPU; "
+             f"{scale.n_train + scale.n_test - 1}), domain {args.domain}, {args.draws} draws (sign chain: {args.sampler}, "
+             f"burn {args.burn}, thin {args.thin}); {time.perf_counter() - tic:.0f} s wall, {time.process_time() - cpu:.0f} s CPU; "
              f"load average {load[0]:.1f} / {load[2]:.1f} (1 / 15 min)\n")
     print(text)
     if args.out:

@@ -11,8 +11,11 @@ model of those nodes can beat (``benchmarks/darcy_floor.py``).
 - :class:`ValueConditionedField`: given :math:`g(x_i) = v_i`. The law is Gaussian and is sampled
   exactly by Matheron's rule: a prior draw corrected by the kriging of its residuals.
 - :class:`SignConditionedField`: given :math:`\operatorname{sign} g(x_i)`. The law is the prior
-  restricted to an intersection of half-spaces of the coefficients, sampled by elliptical slice
-  sampling (Murray, Adams and MacKay, AISTATS 2010), a Markov chain that keeps the signs exactly.
+  restricted to an intersection of half-spaces of the coefficients, sampled by Markov chains that
+  keep the signs exactly: exact Hamiltonian Monte Carlo for truncated Gaussians (Pakman and
+  Paninski, J. Comput. Graph. Stat. 2014), which mixes in a few moves, and elliptical slice
+  sampling (Murray, Adams and MacKay, AISTATS 2010), which is simpler and mixes slowly when many
+  points constrain the signs.
 
 Both work on the coefficients of the truncated Karhunen–Loève series and return
 :class:`~geoattn.data.grf.GRFSample` objects, callable on any points, so each draw can be solved
@@ -91,13 +94,25 @@ class SignConditionedField:
     :math:`x_i` (what a :class:`~geoattn.data.darcy.PiecewiseConstant` coefficient at the nodes
     tells of it).
 
-    The law is the prior restricted to the coefficients with those signs. :meth:`chain` samples it
-    by elliptical slice sampling: from the state :math:`c`, draw :math:`\nu` from the prior and
-    move to :math:`c\cos\theta + \nu\sin\theta`, shrinking the bracket of :math:`\theta` towards 0
-    until every sign holds. Each move leaves the conditional law invariant, and the chain needs a
-    start that has the signs: ``start``, for instance the sample the signs were read from (itself
-    a draw of the conditional law, so the chain starts in equilibrium and ``burn`` only removes
-    its memory of that sample).
+    The law is the prior restricted to the coefficients with those signs. Two Markov chains sample
+    it; each move leaves the conditional law invariant, and a chain needs a start that has the
+    signs: ``start``, for instance the sample the signs were read from (itself a draw of the
+    conditional law, so the chain starts in equilibrium and ``burn`` only removes its memory of
+    that sample).
+
+    - :meth:`hmc` (exact Hamiltonian Monte Carlo): in the whitened coefficients :math:`z`
+      (:math:`c = S z`, :math:`z \sim \mathcal N(0, I)` a priori) each move draws a velocity
+      :math:`v \sim \mathcal N(0, I)` and follows the Hamiltonian flow of the Gaussian,
+      :math:`z(t) = z\cos t + v\sin t`, for a time :math:`\pi/2`, reflecting :math:`v` off the wall
+      of each sign it would break (:math:`v \leftarrow v - 2 (f\cdot v) f/|f|^2` with
+      :math:`f_i = \pm S\varphi(x_i)` the wall's normal). The hit times are closed-form, so the
+      trajectory is exact, and a move of a quarter period leaves the state nearly independent of
+      the last one. A move costs :math:`O(N)` per wall hit after an :math:`O(N^2)` set-up.
+    - :meth:`chain` (elliptical slice sampling): from the state :math:`c`, draw :math:`\nu` from the
+      prior and move to :math:`c\cos\theta + \nu\sin\theta`, shrinking the bracket of
+      :math:`\theta` towards 0 until every sign holds. Consecutive states stay correlated when
+      many points constrain the signs (``thin`` moves apart, a lag-1 correlation of 0.4 on
+      1 089 points with ``thin=200``).
 
     Args:
         field: the prior.
@@ -149,6 +164,48 @@ class SignConditionedField:
                 theta = rng.uniform(low, high)  # the bracket shrinks to 0, where c itself holds
             if step >= burn and (step - burn + 1) % thin == 0:
                 yield GRFSample(self.field.box, c.reshape(self.field.modes))
+
+    def hmc(self, rng: np.random.Generator, n: int, burn: int = 10, thin: int = 1,
+            travel: float = np.pi / 2) -> Iterator[GRFSample]:
+        """``n`` draws of the conditional law by exact Hamiltonian Monte Carlo: the states after
+        ``burn`` moves, then every ``thin``-th move, each move a flow of time ``travel``."""
+        if n < 0 or burn < 0 or thin < 1 or not travel > 0:
+            raise ValueError(f"need n >= 0, burn >= 0, thin >= 1 and travel > 0, got {n}, {burn}, {thin}, {travel}")
+        free = self.std > 0  # coefficients the prior fixes at 0 stay there
+        sign = np.where(self.signs, 1.0, -1.0)
+        walls = sign[:, None] * self.phi[:, free] * self.std[free]  # f_i: f_i . z >= 0 keeps sign i
+        gram = walls @ walls.T  # f_i . f_j: how a reflection off wall j turns every other wall's rate
+        norm2 = np.diag(gram).copy()
+        c = self.start.copy()
+        z = c[free] / self.std[free]
+        for step in range(burn + n * thin):
+            v = rng.standard_normal(len(z))
+            a, b = walls @ z, walls @ v  # each wall's value and its rate of change
+            left, last = travel, -1
+            while True:
+                # f_i . z(t) = a_i cos t + b_i sin t = |(a_i, b_i)| cos(t - phase_i) first reaches 0
+                # at t = phase_i + pi/2 (a_i >= 0, so phase_i is in [-pi/2, pi/2]; a round-off
+                # below 0 counts as on the wall)
+                hit = np.arctan2(b, np.maximum(a, 0.0)) + np.pi / 2
+                if last >= 0:
+                    hit[last] = np.inf  # just reflected off it: moving away
+                k = int(np.argmin(hit))
+                t = min(hit[k], left)
+                cos, sin = np.cos(t), np.sin(t)
+                z, v = z * cos + v * sin, v * cos - z * sin
+                a, b = a * cos + b * sin, b * cos - a * sin
+                left -= t
+                if left <= 0:
+                    break
+                r = 2 * b[k] / norm2[k]  # reflect v off wall k
+                v -= r * walls[k]
+                b -= r * gram[:, k]
+                a[k], last = 0.0, k
+            if step >= burn and (step - burn + 1) % thin == 0:
+                c[free] = self.std[free] * z
+                if not self._holds(c):  # the exact flow keeps every sign; fail loudly if round-off did not
+                    raise RuntimeError("exact HMC left the constrained region (round-off at a wall)")
+                yield GRFSample(self.field.box, c.reshape(self.field.modes).copy())
 
 
 __all__ = ["SignConditionedField", "ValueConditionedField"]

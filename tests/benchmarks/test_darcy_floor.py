@@ -10,7 +10,7 @@ SCRIPT = "darcy_floor"  # the ``script`` fixture (conftest.py)
 @pytest.fixture(scope="module")
 def tiny(script, tmp_path_factory):
     out = tmp_path_factory.mktemp("floor")
-    return script.main(["--scale", "tiny", "--draws", "6", "--burn", "20", "--thin", "5", "--out", str(out)]), out
+    return script.main(["--scale", "tiny", "--draws", "6", "--out", str(out)]), out
 
 
 def test_correction_recovers_the_error_of_the_exact_mean(script):
@@ -70,7 +70,7 @@ def test_signs_tell_less_than_values(script):
     far = np.random.default_rng(1).uniform(0, 1, (200, 2))
     spread = {}
     for family in ("lognormal", "piecewise"):
-        draws = script.conditional_draws(field, family, truth, nodes, rng, 16, burn=50, thin=10)
+        draws = script.conditional_draws(field, family, truth, nodes, rng, 16, burn=10, thin=1)
         spread[family] = np.mean(np.std([d(far) for d in draws], axis=0))
         if family == "lognormal":  # the values: every draw takes them at the nodes
             for d in draws:
@@ -88,6 +88,15 @@ def test_bad_arguments_are_refused(script):
         script.main(["--draws", "1"])
     with pytest.raises(ValueError, match="unknown family"):
         script.conditional_draws(None, "smooth", None, None, None, 2, 1, 1)
+    for bad in (["--sampler", "gibbs"], ["--thin", "0"], ["--burn", "-1"]):
+        with pytest.raises(SystemExit):
+            script.main(bad)
+    dc = script.dc
+    meshes = dc.benchmark_meshes(dc.SCALES["tiny"].mesh_n)
+    field = dc.coefficient_field(meshes)
+    with pytest.raises(ValueError, match="unknown sampler"):
+        script.conditional_draws(field, "piecewise", field.sample(0, 0), meshes["train"].points[:, :2],
+                                 np.random.default_rng(0), 2, 1, 1, sampler="gibbs")
 
 
 def test_race_sizes_reach_the_floor(script):

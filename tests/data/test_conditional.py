@@ -1,5 +1,6 @@
 """Gaussian random fields conditioned on point values (exact, Matheron's rule) and on point signs
-(elliptical slice sampling), against the closed-form conditional laws."""
+(exact Hamiltonian Monte Carlo and elliptical slice sampling), against the closed-form conditional
+laws and against exact rejection sampling."""
 
 import math
 
@@ -67,14 +68,21 @@ def _batch_se(values: np.ndarray, batches: int = 10) -> float:
     return float(means.std(ddof=1) / math.sqrt(batches))
 
 
-def test_sign_chain_matches_the_truncated_gaussian():
+def _sign_draws(cond, sampler, rng, n):
+    if sampler == "hmc":
+        return list(cond.hmc(rng, n, burn=10))
+    return list(cond.chain(rng, n, burn=100, thin=3))
+
+
+@pytest.mark.parametrize("sampler", ["hmc", "slice"])
+def test_sign_chain_matches_the_truncated_gaussian(sampler):
     """One positive sign at x0: g(x0) is half-normal, E = s sqrt(2/pi), and g(y) has the mean
     C(y,x0) / C(x0,x0) E[g(x0)] (the Gaussian regression of g(y) on g(x0))."""
     field = _field()
     x0, y = np.array([[0.3, 0.6]]), np.array([[0.35, 0.55], [0.8, 0.2]])
     start = next(s for s in (field.sample(0, i) for i in range(100)) if s(x0)[0] >= 0)
     cond = SignConditionedField(field, x0, start)
-    draws = list(cond.chain(np.random.default_rng(6), 3000, burn=100, thin=3))
+    draws = _sign_draws(cond, sampler, np.random.default_rng(6), 3000)
     g0 = np.array([d(x0)[0] for d in draws])
     gy = np.array([d(y) for d in draws])
     assert np.all(g0 >= 0)
@@ -86,12 +94,52 @@ def test_sign_chain_matches_the_truncated_gaussian():
         assert abs(gy[:, k].mean() - ey[k]) < 4 * _batch_se(gy[:, k]), (gy[:, k].mean(), ey[k])
 
 
-def test_sign_chain_keeps_every_sign_and_moves():
+@pytest.mark.parametrize("sampler", ["hmc", "slice"])
+def test_sign_chains_match_rejection_sampling(sampler):
+    """Five signs of a coarse field: the exact conditional law is the prior's draws that have them
+    (rejection, about 4 % accepted). Both chains must give its first two moments of g at three
+    other points, to four standard errors (batch means for the chains)."""
+    field = GaussianRandomField(alpha=2.0, tau=3.0, modes=4)
+    pts = np.random.default_rng(1).uniform(0, 1, (5, 2))
+    truth = field.sample(0, 3)
+    ys = np.array([[0.5, 0.5], [0.1, 0.9], [0.7, 0.3]])
+    prior = np.random.default_rng(0).standard_normal((200_000, field.std.size)) * field.std.ravel()
+    kept = prior[((prior @ field.basis(pts).T >= 0) == (truth(pts) >= 0)).all(1)] @ field.basis(ys).T
+    assert len(kept) > 5000
+    draws = np.array([d(ys) for d in _sign_draws(SignConditionedField(field, pts, truth), sampler,
+                                                 np.random.default_rng(2), 8000)])
+    for moment in (1, 2):
+        for k in range(3):
+            exact, got = kept[:, k] ** moment, draws[:, k] ** moment
+            se = math.hypot(exact.std() / math.sqrt(len(exact)), _batch_se(got))
+            assert abs(got.mean() - exact.mean()) < 4 * se, (moment, k, got.mean(), exact.mean(), se)
+
+
+def test_hmc_draws_are_nearly_independent_where_slice_sampling_is_not():
+    """200 signs: consecutive exact-HMC draws are nearly uncorrelated; the slice chain's, with 10
+    moves between them, are not (what makes its floor estimates disagree on large meshes)."""
+    field = _field()
+    pts = np.random.default_rng(3).uniform(0, 1, (200, 2))
+    cond = SignConditionedField(field, pts, field.sample(1, 4))
+    ys = np.random.default_rng(4).uniform(0, 1, (50, 2))
+
+    def lag_one(draws):
+        x = np.array([d(ys) for d in draws])
+        x = x - x.mean(0)
+        return float(np.mean((x[1:] * x[:-1]).sum(0) / (x**2).sum(0)))
+
+    assert abs(lag_one(cond.hmc(np.random.default_rng(5), 300))) < 0.25
+    assert lag_one(cond.chain(np.random.default_rng(5), 300, burn=50, thin=10)) > 0.5
+
+
+@pytest.mark.parametrize("sampler", ["hmc", "slice"])
+def test_sign_chain_keeps_every_sign_and_moves(sampler):
     field = _field()
     pts = np.random.default_rng(7).uniform(0, 1, (40, 2))
     truth = field.sample(2, 1)
     cond = SignConditionedField(field, pts, truth)
-    draws = list(cond.chain(np.random.default_rng(8), 5, burn=50, thin=10))
+    draws = list(cond.hmc(np.random.default_rng(8), 5, burn=2) if sampler == "hmc"
+                 else cond.chain(np.random.default_rng(8), 5, burn=50, thin=10))
     assert len(draws) == 5
     for d in draws:
         np.testing.assert_array_equal(d(pts) >= 0, truth(pts) >= 0)
@@ -110,3 +158,5 @@ def test_bad_inputs_are_refused():
         SignConditionedField(field, pts, truth, signs=~(truth(pts) >= 0))
     with pytest.raises(ValueError, match="thin"):
         next(SignConditionedField(field, pts, truth).chain(np.random.default_rng(0), 1, thin=0))
+    with pytest.raises(ValueError, match="travel"):
+        next(SignConditionedField(field, pts, truth).hmc(np.random.default_rng(0), 1, travel=0.0))
