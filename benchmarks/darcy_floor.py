@@ -154,7 +154,8 @@ def bayes_floor(scale: dc.Scale, family: str, domain: str = "square", draws: int
             for name, e in errors.items() if e}
 
 
-def transfer_bound(errors: dict[str, np.ndarray], floors: dict[str, np.ndarray], reference: str = "train") -> dict:
+def transfer_bound(errors: dict[str, np.ndarray], floors: dict[str, np.ndarray], reference: str = "train",
+                   resamples: int = 2000, seed: int = 0) -> dict:
     """What a model's transfer would be if it kept its excess over the floor.
 
     The conditional mean ``u*`` is the orthogonal projection of the solution on the functions of
@@ -165,12 +166,18 @@ def transfer_bound(errors: dict[str, np.ndarray], floors: dict[str, np.ndarray],
     f^2))``, 0 where the floor is above the error), ``excess_ratio`` (over the reference mesh's
     excess), ``ratio`` (mean error over the reference mesh's) and ``kept`` (the ratio of a model
     whose every sample kept its reference-mesh excess: mean of ``sqrt(e_ref^2 - f_ref^2 + f^2)``
-    over the reference mesh's mean error). The squared errors are the race's relative ones, so the
+    over the reference mesh's mean error), with ``ratio_ci`` and ``kept_ci``, their 95 %
+    bootstrap intervals over the test samples (``resamples`` draws of them with replacement). The squared errors are the race's relative ones, so the
     split holds approximately (the norm that divides them is the sample's own)."""
     if reference not in errors or reference not in floors:
         raise ValueError(f"the reference mesh {reference!r} needs the model's errors and the floor")
     e_ref, f_ref = np.asarray(errors[reference]), np.asarray(floors[reference])
     excess_ref = np.clip(e_ref**2 - f_ref**2, 0.0, None)
+    boot = np.random.default_rng(seed).integers(0, len(e_ref), (resamples, len(e_ref)))
+
+    def interval(numerator: np.ndarray) -> list[float]:  # of mean(numerator) / mean(e_ref)
+        return np.percentile(numerator[boot].mean(1) / e_ref[boot].mean(1), [2.5, 97.5]).tolist()
+
     out = {}
     for name in [m for m in errors if m in floors]:
         e, f = np.asarray(errors[name]), np.asarray(floors[name])
@@ -178,10 +185,11 @@ def transfer_bound(errors: dict[str, np.ndarray], floors: dict[str, np.ndarray],
             raise ValueError(f"mesh {name!r}: {e.size} model errors and {f.size} floor values, {e_ref.size} on "
                              f"{reference!r}: the same test samples are needed")
         excess = float(np.sqrt(np.clip(e**2 - f**2, 0.0, None).mean()))
+        kept = np.sqrt(excess_ref + f**2)
         out[name] = {"error": float(e.mean()), "rms": float(np.sqrt((e**2).mean())), "excess": excess,
                      "excess_ratio": excess / float(np.sqrt(excess_ref.mean())),
-                     "ratio": float(e.mean() / e_ref.mean()),
-                     "kept": float(np.sqrt(excess_ref + f**2).mean() / e_ref.mean())}
+                     "ratio": float(e.mean() / e_ref.mean()), "ratio_ci": interval(e),
+                     "kept": float(kept.mean() / e_ref.mean()), "kept_ci": interval(kept)}
     return out
 
 
@@ -200,12 +208,15 @@ def transfer_table(results: Path, floors_file: Path, model: str, scores: str) ->
                                               for m, r in floors[family].items()})
                 for kind in ("mean", "spread")}
         lines += [f"**{family}**, `{model}` ({scores}) against the floor (error of the mean / spread of the draws):",
-                  "", "| mesh | error (RMS) | ratio to train | RMS excess over the floor | excess / train's | "
-                  "ratio if train's excess were kept |", "|---|---|---|---|---|---|"]
+                  "", "| mesh | error (RMS) | ratio to train (95 % interval) | RMS excess over the floor | "
+                  "excess / train's | ratio if train's excess were kept (95 % intervals) |", "|---|---|---|---|---|---|"]
         for name, a in rows["mean"].items():
             b = rows["spread"][name]
-            lines.append(f"| {name} | {a['error']:.4f} ({a['rms']:.4f}) | {a['ratio']:.2f} | {a['excess']:.4f} / {b['excess']:.4f} | "
-                         f"{a['excess_ratio']:.2f} / {b['excess_ratio']:.2f} | {a['kept']:.2f} / {b['kept']:.2f} |")
+            ci = "–".join(f"{v:.2f}" for v in a["ratio_ci"])
+            kept_ci = " / ".join("–".join(f"{v:.2f}" for v in r["kept_ci"]) for r in (a, b))
+            lines.append(f"| {name} | {a['error']:.4f} ({a['rms']:.4f}) | {a['ratio']:.2f} ({ci}) | "
+                         f"{a['excess']:.4f} / {b['excess']:.4f} | {a['excess_ratio']:.2f} / {b['excess_ratio']:.2f} | "
+                         f"{a['kept']:.2f} / {b['kept']:.2f} ({kept_ci}) |")
         lines.append("")
     return "\n".join(lines)
 

@@ -134,6 +134,32 @@ def test_transfer_bound_splits_the_error_into_floor_and_excess(script):
         script.transfer_bound({"train": e_t, "graded": e_t[:5]}, floors)
 
 
+def test_transfer_intervals_cover_the_population_ratio(script):
+    """The bootstrap intervals of the ratios: the training mesh's is exactly 1, each holds its point
+    estimate, and over repeated test sets of 40 samples from one population they cover the
+    population's ratio of mean errors about 95 % of the time."""
+    rng = np.random.default_rng(1)
+
+    def draw(n):
+        f_t, f_g = rng.uniform(0.005, 0.01, n), rng.uniform(0.01, 0.02, n)
+        e_t = np.sqrt(f_t**2 + rng.uniform(0.01, 0.03, n) ** 2)
+        e_g = np.sqrt(f_g**2 + (e_t**2 - f_t**2) * rng.uniform(0.5, 2.5, n))
+        return {"train": e_t, "graded": e_g}, {"train": f_t, "graded": f_g}
+
+    big = draw(400_000)[0]
+    truth = big["graded"].mean() / big["train"].mean()
+    covered = 0
+    for trial in range(200):
+        errors, floors = draw(40)
+        out = script.transfer_bound(errors, floors, resamples=500, seed=trial)
+        assert out["train"]["ratio_ci"] == pytest.approx([1.0, 1.0])
+        lo, hi = out["graded"]["ratio_ci"]
+        assert lo <= out["graded"]["ratio"] <= hi
+        assert out["graded"]["kept_ci"][0] <= out["graded"]["kept"] <= out["graded"]["kept_ci"][1]
+        covered += lo <= truth <= hi
+    assert 0.88 <= covered / 200 <= 0.99, covered
+
+
 def test_transfer_table_reads_a_race_and_its_floor(script, tiny, tmp_path):
     """``--transfer FLOORS_JSON RESULTS_JSON``: the race's per-sample errors (its test samples are
     the floor's) against both floor estimates; a score the race did not keep is refused."""
