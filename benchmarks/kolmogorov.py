@@ -225,7 +225,7 @@ def identity_errors(sets: dict[str, list]) -> dict[str, list[float]]:
 
 
 def physics_predictions(coefficients: dict, rows: slice, scale: Scale) -> dict[str, torch.Tensor]:
-    """Fourier coefficients of two predictions from the exact equations, for the pairs ``rows``:
+    r"""Fourier coefficients of two predictions from the exact equations, for the pairs ``rows``:
 
     - ``linear part``: forcing and viscosity only, exactly integrated over the interval,
       :math:`e^{-\nu k^2 \Delta t}\hat\omega + \Delta t\,\hat f` (no advection);

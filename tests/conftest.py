@@ -1,3 +1,4 @@
+import os
 import pathlib
 
 import pytest
@@ -91,3 +92,43 @@ def fake_device_search(monkeypatch):
     monkeypatch.setattr(neighbor_search, "_search_fn",
                         lambda backend, op: capped_radius_search if op == "radius" else knn_search)
     return "torch-cluster"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true",
+                     help="also run the tests marked slow (the full run, which CI makes)")
+    parser.addoption("--margins", metavar="DIR", default=None,
+                     help="record how close every numerical check came to its tolerance into DIR "
+                          "(needs -o enable_assertion_pass_hook=true; report: python tests/margins.py DIR)")
+
+
+def pytest_configure(config):
+    directory = config.getoption("--margins")
+    if not directory:
+        return
+    if not config.getini("enable_assertion_pass_hook"):
+        raise pytest.UsageError("--margins needs -o enable_assertion_pass_hook=true")
+    if not hasattr(config, "workerinput"):
+        # Rewritten test modules cached without the assertion-pass hook would record nothing.
+        for cached in ROOT.joinpath("tests").rglob("__pycache__/*pytest*.pyc"):
+            cached.unlink()
+    import margins
+
+    margins.start(directory, os.environ.get("PYTEST_XDIST_WORKER", "main"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """The default run leaves out the tests marked ``slow``; ``--slow`` runs everything."""
+    if config.getoption("--slow"):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
+
+def pytest_assertion_pass(item, lineno, orig, expl):
+    if item.config.getoption("--margins"):
+        import margins
+
+        margins.record_assertion(item, lineno, expl)

@@ -10,6 +10,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_sphinx_builds_without_warnings(tmp_path):
     pytest.importorskip("sphinx", reason="install the 'docs' extra to build the documentation")
     result = subprocess.run(

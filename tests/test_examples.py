@@ -5,6 +5,7 @@ import pathlib
 
 import meshio
 import numpy as np
+import pytest
 import torch
 
 from geoattn.mesh import from_meshio
@@ -63,6 +64,7 @@ def test_train_cross_mesh_keeps_error_across_meshes(example):
     assert all(report.ratio("TNO", m) < 1.5 for m in report.nodes)
 
 
+@pytest.mark.slow
 def test_resolved_quadrature_cuts_the_graded_mesh_loss(example):
     """Same model, same graded nodes and inputs: through the refined quadrature the error there
     falls by a third or more; the training mesh is not refined, so its score is unchanged. The

@@ -119,6 +119,7 @@ def test_grid_values_outside_the_domain_are_zero(script):
     assert script.grid_operators(pos, 9)[2] is None  # no domain, no mask
 
 
+@pytest.mark.slow
 def test_wall_clock_budget_run(script, tmp_path):
     results = script.main(["--scale", "tiny", "--families", "piecewise", "--models", "tno", "slice",
                        "--seconds", "2", "--out", str(tmp_path)])
@@ -169,6 +170,7 @@ def test_cpu_clock_budget_times_the_epochs_not_the_checks(script, monkeypatch):
         torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 def test_tiny_run_on_the_disk_with_holes(script):
     models = ["tno", "mesh_fno", *_peers()]
     results = script.main(["--scale", "tiny", "--families", "piecewise", "--domain", "holes",
@@ -180,6 +182,7 @@ def test_tiny_run_on_the_disk_with_holes(script):
         assert all(0 < e < 2 for e in row["test"].values())
 
 
+@pytest.mark.slow
 def test_samples_solved_by_several_processes_are_the_same_samples(script):
     """``--data-workers``: chunks of the indices solved in other processes, put back in order."""
     meshes = script.benchmark_meshes(5)
@@ -348,6 +351,7 @@ def test_mixed_resolution_trains_on_both_meshes_and_scores_on_the_mesh_as_is(scr
             script.main(["--scale", "tiny", *bad])
 
 
+@pytest.mark.slow
 def test_coarsened_inputs_interpolate_from_a_subset_of_the_nodes_in_training_only(script):
     """``CoarsenedInputs``: each subset keeps the hull's vertices and fewer nodes toward one side;
     the kept nodes keep their values and the others take the piecewise-linear interpolant of the
@@ -420,6 +424,7 @@ def test_grid_fno_runs_a_batch_of_mixed_meshes_as_its_graphs_one_by_one(script):
     torch.testing.assert_close(together, alone, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_symmetries_train_on_every_image_and_score_the_average(script):
     """``--symmetries``: the training set is every sample on the eight images of the square's
     training mesh (checked), and each model is also scored averaged over them, which is invariant
@@ -451,6 +456,7 @@ def test_symmetries_train_on_every_image_and_score_the_average(script):
         script.main(["--scale", "tiny", "--domain", "holes", "--symmetries"])
 
 
+@pytest.mark.slow
 def test_symmetries_with_the_resolved_quadrature_average_inside_the_refinement(script):
     """``--symmetries --resolve-quadrature`` also scores the average over the images computed on the
     refined meshes. The meshes that need no refinement (all but the graded one here) score as the
@@ -491,6 +497,7 @@ def test_validation_scores_each_model_at_its_best_epoch(script, tmp_path):
     assert "validation samples (`--validation`): mesh_fno" in (tmp_path / "table.md").read_text()
 
 
+@pytest.mark.slow
 def test_ensemble_trains_members_on_a_share_of_the_budget_and_scores_their_mean(script, tmp_path, monkeypatch):
     """``--ensemble 2``: each model is the mean of two members from seeds 0 and 1, each given half
     the budget's epochs and scored at its own best epoch; the mean is what is scored, and it is

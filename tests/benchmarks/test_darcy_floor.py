@@ -45,6 +45,7 @@ def test_lag_one_correlation_tells_independent_draws_from_a_slow_chain(script):
     assert script.lag_one_correlation(walk) > 0.9
 
 
+@pytest.mark.slow
 def test_floors_order_as_the_information(tiny):
     """More nodes tell more: the refined mesh's floor is below the training mesh's it contains.
     Signs tell less than values: the piecewise floor conditioned on signs is above the floor

@@ -14,6 +14,7 @@ THREADS = ["--threads", str(torch.get_num_threads())]  # leave the session's thr
 SCRIPT = "galerkin_experiments"  # the ``script`` fixture (conftest.py)
 
 
+@pytest.mark.slow
 def test_burgers_tiny_run(script, tmp_path):
     results = script.main(["--experiment", "burgers", "--scale", "tiny", "--out", str(tmp_path), *THREADS,
                        "--figure", str(tmp_path / "burgers.png")])
@@ -30,6 +31,7 @@ def test_burgers_tiny_run(script, tmp_path):
     assert (tmp_path / "burgers.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_inverse_tiny_run(script, tmp_path):
     results = script.main(["--experiment", "inverse", "--scale", "tiny", "--out", str(tmp_path), *THREADS,
                        "--figure", str(tmp_path / "inverse.png")])

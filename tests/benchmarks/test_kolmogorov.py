@@ -44,6 +44,7 @@ def test_tiny_run_scores_every_model_on_every_set(script, tmp_path, capsys):
     assert (tmp_path / "k.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_physics_baselines_are_first_and_second_order_in_the_interval(script):
     """At T = 11, where the flow is developed: over an interval dt, the identity misses the
     increment (error ~ dt), the exact linear part misses the advection (also ~ dt) and one

@@ -3,6 +3,8 @@
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 FOLDER = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
@@ -13,6 +15,7 @@ def _load():
     return module
 
 
+@pytest.mark.slow
 def test_scale_runs_each_model_in_its_own_process_and_skips_quadratic_sizes(capsys):
     results = _load().main(["--nodes", "300", "900", "--models", "galerkin", "tno", "--threads", "1",
                             "--quadratic-max", "500", "--timeout", "120"])

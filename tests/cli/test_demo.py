@@ -1,9 +1,11 @@
 import meshio
+import pytest
 
 from geoattn.cli.demo import SAMPLE_FIELDS
 from geoattn.cli.main import main
 
 
+@pytest.mark.slow
 def test_demo_quick_runs_and_writes_report(tmp_path, capsys):
     assert main(["demo", "--quick", "--out", str(tmp_path), "--no-progress"]) == 0
     out = capsys.readouterr().out

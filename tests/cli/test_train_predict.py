@@ -86,6 +86,7 @@ def test_train_offers_field_to_field_models_only(capsys):
     assert "invalid choice: 'nao'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_train_with_the_same_seed_gives_the_same_weights(tmp_path):
     """The seed sets the initial weights too (the model is built after seeding), so two runs with
     one seed agree exactly and another seed gives other weights."""
@@ -116,6 +117,7 @@ def test_train_num_heads_flag_and_its_former_name():
         assert name == "tno" and model_kw == {"num_heads": 2}
 
 
+@pytest.mark.slow
 def test_patched_model_evaluates_other_meshes_with_its_training_partition(tmp_path, capsys):
     """`geoattn train --model fano` fits the partition on the training mesh and saves it in the
     checkpoint; `geoattn evaluate` on refined, graded and foreign meshes uses it: its table equals
@@ -272,6 +274,7 @@ def test_supersampled_training_round_trips_through_evaluate_and_predict(trained,
     assert "--unweighted cannot be combined" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_train_on_the_symmetries_of_the_training_mesh(trained, tmp_path, capsys):
     """`--symmetries 4` trains on the eight images of each training sample about the mesh's
     centroid (the square's: (0.5, 0.5)), 8x the optimiser steps per epoch, with --supersample too;

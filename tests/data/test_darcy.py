@@ -129,6 +129,7 @@ def test_rejects_bad_inputs():
         coefficient(preset("cao"), 0, 0, "uniform")
 
 
+@pytest.mark.slow
 def test_same_sample_on_mesh_and_refinements_converges():
     """One continuum lognormal sample, solved on an irregular mesh and its refinements, agrees to
     FEM accuracy: the relative L2 distance to the finest solution falls like h^2."""

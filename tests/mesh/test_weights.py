@@ -53,6 +53,7 @@ def _cloud_errors(rule, sizes, density, reps=24):
 SIZES = [250, 1000, 4000]
 
 
+@pytest.mark.slow
 def test_voronoi_rule_converges_at_its_documented_rate():
     # Documented: at least O(N^(-1/2-1/d)) = O(N^-1) in 2-D (measured slopes are -1.1 to -1.5:
     # neighbouring cells' first-order errors partly cancel), so the fitted slope must be <= -0.85.

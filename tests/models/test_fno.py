@@ -45,6 +45,7 @@ def test_batched_equals_separate_and_hparams_rebuild(two_meshes):
     testing.assert_batched_equals_separate(_model(), two_meshes)
 
 
+@pytest.mark.slow
 def test_trained_model_keeps_its_error_on_refined_and_graded_meshes(darcy_transfer):
     """Regression: trained briefly on one irregular mesh, the error on a refined and on a graded
     mesh of the same continuum samples stays within 25 % of the training-mesh error."""
@@ -102,6 +103,7 @@ def test_p1_needs_every_mesh_registered_and_triangles(two_meshes):
     plain(coarse.x, coarse.pos, coarse.weight)
 
 
+@pytest.mark.slow
 def test_p1_trained_model_keeps_its_error_on_refined_and_graded_meshes(darcy_transfer):
     """Regression, as for the nodal model: the trainer registers the training mesh and the
     report the test meshes."""
@@ -128,6 +130,7 @@ def test_local_needs_a_radius():
             MeshFNO(1, 1, local=bad)
 
 
+@pytest.mark.slow
 def test_local_trained_model_keeps_its_error_on_refined_and_graded_meshes(darcy_transfer):
     """Regression, as for the plain model, with a ball of 2.5 training-mesh cells, computed on
     every mesh refined to the training mesh's longest edge (ResolvedQuadrature): the ball must be

@@ -1,5 +1,6 @@
 """The slice transformer: mesh-refinement convergence, batching, and a trained model transferring."""
 
+import pytest
 import torch
 from smooth_inputs import smooth_input
 
@@ -21,6 +22,7 @@ def test_batched_equals_separate_and_hparams_rebuild(two_meshes):
     testing.assert_batched_equals_separate(_model(), two_meshes)
 
 
+@pytest.mark.slow
 def test_trained_model_keeps_its_error_on_refined_and_graded_meshes(darcy_transfer):
     """Regression: trained briefly on one irregular mesh, the model's error on a refined and on a
     graded mesh of the same continuum samples stays within 25 % of its training-mesh error."""

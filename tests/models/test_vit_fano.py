@@ -35,6 +35,7 @@ def graded():
     return mesh, refinement_samples(mesh, [0, 1, 2, 3, 4], _f)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", MODELS)
 @torch.no_grad()
 def test_untrained_output_converges_with_partition_transferred_from_coarse_mesh(cls, graded):
@@ -74,6 +75,7 @@ def test_untrained_output_converges_with_partitions_made_on_the_fly(cls, graded)
     assert errors[-1] < 0.05, errors
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", MODELS)
 @torch.no_grad()
 def test_cross_decoder_answers_on_query_mesh_and_converges_in_the_source(cls, graded):
@@ -103,6 +105,7 @@ def test_cross_decoder_answers_on_query_mesh_and_converges_in_the_source(cls, gr
         _model(cls)(u, pos, w, pos_query=query.pos, weight_query=query.weight)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", MODELS)
 def test_batched_equals_separate_and_hparams_rebuild(cls, graded):
     """Graphs of different sizes and patch lengths in one PyG batch give what they give alone."""
@@ -204,6 +207,7 @@ def darcy():
     return data["train"][:32], {k: v[32:] for k, v in data.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("modes, num_patches, transfers", [(4, 16, False), (1, 4, True)])
 def test_trained_fano_transfers_when_patches_resolve_its_modes(darcy, caplog, modes, num_patches,
                                                                transfers):

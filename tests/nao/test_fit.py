@@ -197,6 +197,7 @@ def test_adam_stops_after_the_epoch_that_passes_the_time_limit():
     assert len(fit_adam(model, u, f, mesh, mesh_query, epochs=2, seconds=math.inf)) == 2
 
 
+@pytest.mark.slow
 def test_consistency_term_recovers_radial_kernels_the_operator_loss_alone_does_not():
     """The paper's radial problem at dx = 0.025, d = 302, d_k = 10, seven training kernels: the
     pairs of one sample leave the kernel undetermined, and fitting the operator error alone gives

@@ -225,6 +225,7 @@ def graded_refinements():
 @pytest.mark.parametrize("method, spectral_qkv, order, final", [
     ("rcb", False, 1.9, 7e-4), ("rcb", True, 1.7, 5e-2), ("metis", False, 1.4, 5e-3),
     ("metis", True, 1.4, 1e-2)])
+@pytest.mark.slow
 def test_converges_across_graded_mesh_and_refinements(graded_refinements, method, spectral_qkv,
                                                       order, final):
     """The same function on a graded mesh (81 nodes) and four refinements (to 16641 nodes),

@@ -26,6 +26,7 @@ Trainer(op, {out!r}, epochs=2, batch_size=4, lr=1e-2, progress=False).fit(toy_sa
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun not on PATH")
 def test_two_process_torchrun_matches_single_process(tmp_path):
     for name, launcher in (("single", [sys.executable]),

@@ -68,6 +68,7 @@ def _weights(samples, tmp_path, workers, name="tno"):
     return op.state_dict(), [row["train"] for row in history]
 
 
+@pytest.mark.slow
 def test_worker_processes_give_the_same_weights(tmp_path, samples):
     """Workers only read and collate: weights and losses equal the in-process run bit for bit."""
     (w0, h0), (w2, h2) = _weights(samples, tmp_path, 0), _weights(samples, tmp_path, 2)
@@ -102,6 +103,7 @@ def test_a_lazy_dataset_trains_like_the_samples_in_memory(tmp_path, dataset_file
         assert torch.equal(value, w_lazy[key]), key
 
 
+@pytest.mark.slow
 def test_cli_trains_from_the_file_with_workers(tmp_path, dataset_file):
     runs = {}
     for workers in ("0", "2"):

@@ -98,6 +98,7 @@ def test_symmetrize_puts_the_average_inside_the_refinement_and_shares_the_parame
     assert isinstance(symmetrize(model, SQUARE), SymmetrizedOperator)
 
 
+@pytest.mark.slow
 def test_a_model_that_needs_its_meshes_gets_their_images():
     """MeshFNO(quadrature="p1") needs every mesh's triangles: registering a mesh with the average
     registers its images with the model, and the average stays equivariant."""

@@ -26,6 +26,7 @@ def _fit(out, samples, epochs=4, **kw):
     return op
 
 
+@pytest.mark.slow
 def test_training_lowers_error_and_writes_metrics(tmp_path, samples):
     before = float(evaluate_errors(_operator(), samples).mean())
     op = _fit(tmp_path, samples, epochs=6)
@@ -36,6 +37,7 @@ def test_training_lowers_error_and_writes_metrics(tmp_path, samples):
     assert (tmp_path / "best.pt").exists() and load_checkpoint(tmp_path / "last.pt")["epoch"] == 5
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path, samples):
     reference = _fit(tmp_path / "ref", samples)
     script = textwrap.dedent(f"""
@@ -243,6 +245,7 @@ def test_samples_already_on_the_gpu_train_unpinned(samples):
     assert len(history) == 1 and torch.isfinite(torch.tensor(history[0]["val"]))
 
 
+@pytest.mark.slow
 def test_restore_best_ends_with_the_weights_of_the_best_validation_epoch(tmp_path, samples):
     flipped = [d.clone() for d in samples[6:]]
     for d in flipped:  # targets the training moves away from: an early epoch is the best
