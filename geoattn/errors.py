@@ -122,6 +122,36 @@ class SymmetryError(MeshError):
     """A map given as a symmetry of the domain moves some node off the domain (or is not an isometry)."""
 
 
+class BatchOrderError(MeshError):
+    """The ``batch`` vector is not sorted: a graph's nodes are not contiguous (as
+    :class:`torch_geometric.data.Batch` makes them)."""
+
+
+class OverlappingCellsError(MeshError):
+    """Cells overlap: a facet is shared by more than two cells, or two cells lie on the same side
+    of a facet they share, so the cells cover part of the domain twice."""
+
+
+class CoordinateRangeError(MeshError):
+    """Coordinates are out of the range a floating dtype resolves: too large (overflow, or
+    distances lost far from the origin) or too small for the weights computed from them."""
+
+
+class LockError(GeoattnError, OSError):
+    """A run folder or dataset file is being written by another process (whose pid the message
+    names); nothing was written."""
+
+
+class TooLargeError(GeoattnError, MemoryError):
+    """A computation (a refinement, a dense structure) would need more memory than there is; the
+    message says how large it would be."""
+
+
+class FrameError(MeshError):
+    """Samples of one model were read in different coordinate frames (``origin`` / ``scale`` of
+    :func:`~geoattn.mesh.from_meshio`), so the model would see one domain at two places."""
+
+
 __all__ = [
     "GeoattnError",
     "MeshError",
@@ -150,4 +180,10 @@ __all__ = [
     "DuplicateCellError",
     "ZeroNormError",
     "SymmetryError",
+    "BatchOrderError",
+    "OverlappingCellsError",
+    "CoordinateRangeError",
+    "LockError",
+    "TooLargeError",
+    "FrameError",
 ]

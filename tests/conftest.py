@@ -131,4 +131,4 @@ def pytest_assertion_pass(item, lineno, orig, expl):
     if item.config.getoption("--margins"):
         import margins
 
-        margins.record_assertion(item, lineno, expl)
+        margins.record_assertion(item, lineno, orig, expl)

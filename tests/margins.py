@@ -3,10 +3,12 @@
 ``python -m pytest -n 2 --margins=DIR -o enable_assertion_pass_hook=true`` runs the suite as usual and writes, per worker, one JSON
 line per check: the test, the line of the check and its *closeness*, the measured error over the
 tolerance it was allowed (``|a - b| / (atol + rtol |b|)`` for ``allclose``-style checks, ``a / b``
-for ``assert a < b``, ``b / a`` for ``assert a > b``). A check that asserts that two things differ
+for ``assert a < b``, ``b / a`` for ``assert a > b``, and for a window ``assert lo < x < hi`` the
+distance of ``x`` from the window's centre over its half-width). A check that asserts that two things differ
 (``assert not torch.allclose(...)``) has closeness ``tolerance / error``. A closeness above 0.5
 means the check passed with less than a factor of 2 to spare: another CPU, BLAS or library version
-can fail it. ``python tests/margins.py DIR`` prints those checks, worst first.
+can fail it. ``python tests/margins.py DIR [DIR ...]`` prints those checks, worst first, with
+the closeness of each in every run given (runs in other environments show how much it moves).
 
 Recorded: ``torch.allclose``, ``torch.testing.assert_close``, ``numpy.allclose``,
 ``numpy.testing.assert_allclose``, ``pytest.approx`` and plain ``assert a < b`` / ``a > b`` with
@@ -187,29 +189,63 @@ def start(directory: str, worker: str) -> None:
     _wrap_approx()
 
 
-def record_assertion(item, lineno: int, expl: str) -> None:
-    closeness = assertion_closeness(expl)
+_WINDOW = re.compile(rf"^\s*({_NUMBER})\s*<=?\s*[^<>]+?\s*<=?\s*({_NUMBER})\s*$")
+
+
+def window_closeness(orig: str, expl: str) -> float | None:
+    """Closeness of a passing ``assert lo < x < hi``: the distance of ``x`` from the window's
+    centre over its half-width (pytest explains only the last comparison, ``x < hi``)."""
+    window = _WINDOW.match(orig)
+    first = expl.splitlines()[0] if expl else ""
+    left, sep, _ = first.partition(" <")
+    x = _number(left) if sep else None
+    if window is None or x is None:
+        return None
+    lo, hi = float(window.group(1)), float(window.group(2))
+    return abs(x - (lo + hi) / 2) / ((hi - lo) / 2) if hi > lo else None
+
+
+def record_assertion(item, lineno: int, orig: str, expl: str) -> None:
+    closeness = window_closeness(orig, expl)
+    if closeness is None:
+        closeness = assertion_closeness(expl)
     if closeness is not None:
         path = pathlib.Path(str(item.path))
         where = f"{path.relative_to(TESTS)}:{lineno}" if TESTS in path.parents else f"{path}:{lineno}"
         _record("assert", closeness, where)
 
 
-def report(directory: str, threshold: float = 0.5) -> list[dict]:
-    """The worst closeness of every check (test and line) at or above ``threshold``."""
-    worst: dict[tuple[str, str], dict] = {}
+def worst(directory: str) -> dict[tuple[str, str], dict]:
+    """The worst (largest) closeness of every check, keyed by (test, line)."""
+    rows: dict[tuple[str, str], dict] = {}
     for file in sorted(pathlib.Path(directory).glob("margins-*.jsonl")):
         for line in file.read_text().splitlines():
             row = json.loads(line)
             key = (row["test"], row["where"])
-            if key not in worst or row["closeness"] > worst[key]["closeness"]:
-                worst[key] = row
-    rows = [r for r in worst.values() if r["closeness"] >= threshold]
-    return sorted(rows, key=lambda r: -r["closeness"])
+            if key not in rows or row["closeness"] > rows[key]["closeness"]:
+                rows[key] = row
+    return rows
+
+
+def report(directories: list[str], threshold: float = 0.5) -> list[tuple[dict, list[float | None]]]:
+    """The checks whose closeness reached ``threshold`` in any of ``directories`` (runs of the
+    suite in different environments), each with its closeness in every run, worst first."""
+    runs = [worst(d) for d in directories]
+    keys = {k for run in runs for k, row in run.items() if row["closeness"] >= threshold}
+    table = [(next(run[k] for run in runs if k in run), [run[k]["closeness"] if k in run else None for run in runs])
+             for k in keys]
+    return sorted(table, key=lambda r: -max(c for c in r[1] if c is not None))
 
 
 if __name__ == "__main__":
-    directory = sys.argv[1]
-    threshold = float(sys.argv[2]) if len(sys.argv) > 2 else 0.5
-    for row in report(directory, threshold):
-        print(f"{row['closeness']:8.3f}  {row['kind']:30s} {row['where']:45s} {row['test']}")
+    args = sys.argv[1:]
+    threshold = 0.5
+    if "--threshold" in args:
+        i = args.index("--threshold")
+        threshold = float(args[i + 1])
+        del args[i:i + 2]
+    if not args:
+        sys.exit("usage: python tests/margins.py DIR [DIR ...] [--threshold 0.5]")
+    for row, values in report(args, threshold):
+        cells = " ".join(f"{v:8.4f}" if v is not None else "       -" for v in values)
+        print(f"{cells}  {row['kind']:30s} {row['where']:40s} {row['test']}")

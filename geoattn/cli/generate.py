@@ -4,7 +4,8 @@ Either from a recipe, ``geoattn generate --recipe fem_data/NAME.toml`` (written 
 ``fem_data/NAME.h5`` unless ``--out`` is given), or from arguments,
 ``geoattn generate darcy --mesh train=meshes/a.vtu --mesh meshes/b.vtu --n 100 --seed 0 --out FILE``.
 Running the same command again on an interrupted file resumes it. Ctrl-C or ``SIGTERM`` stops
-the generation cleanly (exit status 130), keeping every complete sample.
+the generation after the sample being written, keeping every complete sample, with exit status
+130 (``SIGINT``) or 143 (``SIGTERM``) and one line on stderr (:mod:`geoattn.cli.main`).
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 from pathlib import Path
 
 from ..errors import ConfigError
 
 log = logging.getLogger(__name__)
+#: said after ``geoattn generate: interrupted by SIGINT`` (:func:`geoattn.cli.main.main`)
+INTERRUPTED = "; the complete samples are kept: run the same command again to resume"
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
@@ -69,13 +71,8 @@ def run(args: argparse.Namespace) -> int:
         base, out = None, Path(args.out)
     if args.workers < 0:
         raise ConfigError(f"--workers must be >= 0 (0: all cores), got {args.workers}")
-    try:
-        path = generate_darcy(out, recipe, workers=args.workers or os.cpu_count() or 1,
-                              progress=not args.no_progress, base=base)
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM
-        print(f"geoattn generate: interrupted; the complete samples in {out} are kept, run the same "
-              "command again to resume", file=sys.stderr)
-        return 130
+    path = generate_darcy(out, recipe, workers=args.workers or os.cpu_count() or 1,
+                          progress=not args.no_progress, base=base)
     log.info("wrote %s", path)
     print(f"{path}: {recipe.n} samples on meshes {sorted(recipe.meshes)}")
     return 0

@@ -6,7 +6,18 @@ work with the core dependencies. Library code raises; only this function turns e
 exit code and a one-line message: every error geoattn raises on purpose
 (:class:`~geoattn.errors.GeoattnError`), a missing extra, a file-system error, a bad value and a
 bad command line alike exit with code 2 and one line on stderr, ``geoattn COMMAND: error: ...``;
-with ``-v`` the traceback comes first. An interrupt exits with code 130.
+with ``-v`` the traceback comes first.
+
+Exit statuses: 0 done, 2 an error (above), **130** interrupted by ``SIGINT`` (Ctrl-C), **143**
+stopped by ``SIGTERM``: ``128 +`` the signal's number, as a shell reports a process that the
+signal ended, with one line on stderr, ``geoattn COMMAND: interrupted by SIGINT`` (or
+``SIGTERM``) and what to run to resume, never a traceback. This holds at every stage, from the
+imports to the last write: the console script's entry point, :func:`geoattn.cli.entry.main`,
+installs the handlers before anything heavy is imported; a second signal ends the command at
+once, with the same status. ``SIGKILL`` cannot be answered (a shell reports 137); every file a
+command writes is written atomically or resumably, and its next run removes the temporary files
+a killed one left. Called from Python, :func:`main` answers a :class:`KeyboardInterrupt` the same
+way (130) and leaves the signal handlers as they are.
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ from .. import __version__
 from ..errors import ConfigError, GeoattnError
 from ..optional import MissingDependencyError
 from . import demo, evaluate, generate, info, predict, train
+from .entry import name_command, report
 
 COMMANDS = {
     "demo": (demo, "run the main demonstration"),
@@ -80,14 +92,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     prog = f"geoattn {args.command}"
+    name_command(prog)
     try:
         return args.run(args)
     except EXPECTED as err:
         return _fail(prog, err, args.verbose)
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:  # Ctrl-C, or a Stopped from the console script's handlers
+        return report(prog, err, getattr(COMMANDS[args.command][0], "INTERRUPTED", ""))
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    from .entry import main as console
+
+    sys.exit(console())

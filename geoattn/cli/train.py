@@ -29,28 +29,37 @@ change under them either; that is not checked. The validation samples are not ca
 Every setting is checked before any work: a wrong type or an out-of-range value (``width = 0``,
 ``--lr nan``, ``--val-fraction 1``) raises :class:`~geoattn.errors.ConfigError` naming it. The same
 ``--seed`` gives the same weights. ``--resume`` continues ``OUT/last.pt`` with the model stored in
-it; settings that contradict it are refused.
+it; settings that contradict it are refused. A run stopped at any moment (Ctrl-C: exit status
+130, ``SIGTERM``: 143, see :mod:`geoattn.cli.main`; or killed) keeps its last completed epoch in
+``OUT/last.pt``, and ``--resume`` then reaches the weights of an uninterrupted run; it first
+removes the temporary files that a killed run left in ``OUT``.
 
 ``--ensemble K`` trains ``K`` members, member ``k`` with seed ``SEED + k`` (its initial weights and
 sample order), each with every other setting, into ``OUT/member<k>``: the folder layout of
 :func:`~geoattn.train.train_ensemble`, which ``geoattn evaluate`` and ``predict --checkpoint``
 read as the members' mean (:class:`~geoattn.train.Ensemble`). ``--resume`` continues each
 member from its own ``last.pt`` (members not started yet start). A run is never replaced by accident: an ``OUT`` that
-holds one is refused unless ``--resume`` or ``--overwrite`` is given.
+holds one is refused unless ``--resume`` or ``--overwrite`` is given, and a second ``geoattn train``
+into an ``OUT`` that a running one is writing is refused, naming that process
+(:func:`geoattn.locking.hold`; a killed run leaves no lock behind).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..atomic import remove_leftovers
 from ..errors import CheckpointError, ConfigError, DatasetFileError, UnsupportedCellError
+from ..locking import hold
 from ..mesh.symmetry import augment, dihedral
 from ..models import MODELS, build_model
 from ..models.base import RENAMED_ARGUMENTS
@@ -70,6 +79,8 @@ MODEL_FLAGS = ("width", "depth", "num_heads")
 #: constructor arguments that come from the dataset, never from the settings
 DATA_ARGUMENTS = ("in_channels", "out_channels", "dim")
 SEEDS = 2**32
+#: said after ``geoattn train: interrupted by SIGINT`` (:func:`geoattn.cli.main.main`)
+INTERRUPTED = "; run the same command with --resume to continue from the last completed epoch"
 #: type and range of each training setting: (type, lowest, highest, lowest excluded)
 TRAIN_RANGES = {"epochs": (int, 1, None, False), "batch_size": (int, 1, None, False),
                 "lr": (float, 0, None, True), "weight_decay": (float, 0, None, False),
@@ -250,39 +261,55 @@ def run(args: argparse.Namespace) -> int:
                           f"the largest is {SEEDS - 1}")
     out = check_writable(args.out, folder=True)
     folders = [out] if members == 1 else [out / f"member{k}" for k in range(members)]
-    held = [f for f in folders if (f / "last.pt").exists()]
-    if held and not (args.resume or args.overwrite):
-        where = out if members == 1 else f"{out} (in {', '.join(f.name for f in held)})"
-        raise ConfigError(f"{where} holds a run (last.pt); give --resume to continue it, --overwrite "
-                          "to replace it, or another --out")
     if args.resume and args.overwrite:
         raise ConfigError("give --resume or --overwrite, not both")
     device = train_kw["device"] = resolve_device(train_kw.get("device", "auto"))
     check_precision(train_kw.get("precision", "fp32"), device)
     if args.tensorboard:
         require("tensorboard", "tensorboard", "--tensorboard")  # fail now, not after reading the data
-    init_distributed(device)  # no-op unless launched by torchrun; NCCL only for a CUDA device
-    dataset = DarcyDataset(args.data, mesh=args.mesh)  # read lazily: a sample at a time
-    if len(dataset) == 0:
-        raise DatasetFileError(f"{args.data} holds no samples to train on")
-    n_val = math.floor(len(dataset) * val_fraction)
-    train, val = dataset[:len(dataset) - n_val], dataset[len(dataset) - n_val:]
-    group = _symmetries(args, dataset[0])
-    if group is not None:
-        train = augment(train, group)  # checked against the training mesh now
-    for k, folder in enumerate(folders):  # member k: seed + k, its own folder
-        _train_one(args, dataset, train, val, group, name, model_kw, dict(train_kw, seed=seed + k),
-                   supersample, folder)
+    with _locked(out, folders):  # a second `geoattn train` into OUT is refused, naming this process
+        held = [f for f in folders if (f / "last.pt").exists()]
+        if held and not (args.resume or args.overwrite):
+            where = out if members == 1 else f"{out} (in {', '.join(f.name for f in held)})"
+            raise ConfigError(f"{where} holds a run (last.pt); give --resume to continue it, --overwrite "
+                              "to replace it, or another --out")
+        init_distributed(device)  # no-op unless launched by torchrun; NCCL only for a CUDA device
+        dataset = DarcyDataset(args.data, mesh=args.mesh)  # read lazily: a sample at a time
+        if len(dataset) == 0:
+            raise DatasetFileError(f"{args.data} holds no samples to train on")
+        n_val = math.floor(len(dataset) * val_fraction)
+        train, val = dataset[:len(dataset) - n_val], dataset[len(dataset) - n_val:]
+        group = _symmetries(args, dataset[0])
+        if group is not None:
+            train = augment(train, group)  # checked against the training mesh now
+        for k, folder in enumerate(folders):  # member k: seed + k, its own folder
+            _train_one(args, dataset, train, val, group, name, model_kw, dict(train_kw, seed=seed + k),
+                       supersample, folder)
     if members > 1:
         print(f"an ensemble of {members} members (seeds {seed}..{seed + members - 1}) in {out}/: "
               f"geoattn evaluate {out} DATA scores their mean")
     return 0
 
 
+def _locked(out: Path, folders: list[Path]) -> contextlib.ExitStack:
+    """The locks of ``out`` and of its member folders (:func:`geoattn.locking.hold`), taken by the
+    first process of a ``torchrun`` launch (whose other processes write nothing). The folders are
+    created now, and removed at the end when nothing was written to them; those of a killed
+    ensemble run stay, and mark the members it did not finish."""
+    stack = contextlib.ExitStack()
+    if int(os.environ.get("RANK", "0")) == 0:
+        with stack:
+            for folder in dict.fromkeys([out, *folders]):
+                stack.enter_context(hold(folder, folder=True))
+            return stack.pop_all()
+    return stack
+
+
 def _train_one(args: argparse.Namespace, dataset, train, val, group, name: str, model_kw: dict,
                train_kw: dict, supersample: float | None, out: Path) -> None:
     """Build one model after seeding, train it into ``out`` (resuming ``out/last.pt`` with
     ``--resume``), and print its last errors."""
+    remove_leftovers(out)  # the temporary files of writes killed in an earlier run
     last = out / "last.pt"
     state = None
     if args.resume and last.exists():

@@ -7,9 +7,9 @@ One self-describing file per dataset. Layout (``format = "geoattn-dataset"``, ve
 - ``done [n]`` (uint8): samples whose every mesh has been written (generation resumes from it);
 - ``meshes/<name>/``: ``points [N, d]``, ``cells [M, V]``, ``weight [N]`` (lumped), attributes
   ``cell_type``, ``checksum`` (CRC-32 of points, cells and weights) and ``mesh_hash``
-  (:func:`mesh_hash` of points and cells: a resumed generation refuses a changed mesh), and the
-  fields ``x [n, N]`` (coefficient at the nodes), ``y [n, N]`` (solution) with ``checksum [n]``
-  (CRC-32 of each sample's rows).
+  (:func:`mesh_hash` of points and cells: a resumed generation, and every read, refuse a changed
+  mesh), and the fields ``x [n, N]`` (coefficient at the nodes), ``y [n, N]`` (solution) with
+  ``checksum [n]`` (CRC-32 of each sample's rows).
 
 Every read is checked: a file that is not HDF5 or is truncated, a foreign HDF5 file, a newer
 format, missing parts, an incomplete generation or a checksum mismatch raise
@@ -32,8 +32,11 @@ from torch_geometric.data import Dataset
 
 from ..errors import DatasetFileError, GeoattnError
 from ..mesh import MeshData
+from ..mesh.io import cast_positions
+from ..mesh.weights import cast_weights
 from ..mesh.validation import located, validate_sample
 from ..optional import require
+from ..paths import symlink_loop
 
 h5py = require("h5py", "data", "dataset files")
 
@@ -65,6 +68,10 @@ def open_dataset_file(path: str | Path, mode: str = "r") -> h5py.File:
     """Open and check the header of a dataset file; raises :class:`DatasetFileError`."""
     path = Path(path)
     if not path.exists():
+        loop = symlink_loop(path)
+        if loop:
+            raise DatasetFileError(f"cannot open dataset file {path}: it leads through a symbolic link "
+                                   f"loop ({loop})")
         raise FileNotFoundError(f"dataset file {path} not found")
     try:
         fh = h5py.File(path, mode)
@@ -102,7 +109,9 @@ class DarcyDataset(Dataset):
     :class:`~geoattn.mesh.MeshData` with ``pos``, ``weight``, ``cells``, ``cell_type``,
     ``x`` (coefficient :math:`a` at the nodes) and ``y`` (solution :math:`u`).
 
-    The mesh (points, cells, weights) is read once, checked against its CRC-32 and validated
+    The mesh (points, cells, weights) is read once, checked against its CRC-32 and against the
+    hash of the mesh the samples were generated on (which the CRC-32 of an edited mesh, recomputed,
+    does not replace), and validated
     (finite nodes, cell indices in range, no cell twice, finite weights ``>= 0`` with a positive
     total); fields are read one sample at a time and checked against their CRC-32. The HDF5
     handle is opened per process, so the dataset works in a
@@ -153,12 +162,19 @@ class DarcyDataset(Dataset):
             if group[key].shape[0] != self._n:
                 raise DatasetFileError(f"{self.path}: mesh {self.mesh!r} field {key!r} has "
                                        f"{group[key].shape[0]} rows, expected {self._n}")
-        data = MeshData(pos=torch.as_tensor(points, dtype=self.dtype),
-                        weight=torch.as_tensor(weight, dtype=self.dtype))
+        with located(f"{self.path}: mesh {self.mesh!r}"):  # refuse a dtype that loses them
+            data = MeshData(pos=cast_positions(np.asarray(points, dtype=np.float64), self.dtype),
+                            weight=cast_weights(weight, self.dtype))
         data.cells = torch.as_tensor(cells, dtype=torch.long)
         data.cell_type = str(group.attrs["cell_type"])
         with located(f"{self.path}: mesh {self.mesh!r}"):
             validate_sample(data, check_mesh=False)
+        stored = group.attrs.get("mesh_hash")
+        if stored is not None and mesh_hash(points, cells) != str(stored):
+            raise DatasetFileError(
+                f"{self.path}: mesh {self.mesh!r} is not the mesh its samples were generated on (its "
+                "nodes or cells changed after generation: they fail the stored mesh hash); regenerate "
+                "the dataset, or restore the mesh")
         return data
 
     def _group(self) -> h5py.Group:

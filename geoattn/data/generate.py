@@ -14,10 +14,21 @@ Faults:
 - The file's storage is allocated when it is created, and a sample's values reach the file before
   its flag, so a process killed at any moment (``SIGKILL`` included) leaves a readable file whose
   flagged samples are complete.
+- A full disk (``ENOSPC``, or a quota) during a write stops the generation with
+  :class:`~geoattn.errors.OutputError` before the sample is flagged: the file keeps every sample
+  flagged before, and the same call resumes once there is room. HDF5 cannot recover from a failed
+  write (closing its handle then crashes the process), so the file is written through a file object
+  that keeps the error from HDF5 and raises it after the handle is closed (:class:`_GuardedFile`).
+- The file is locked while a generation writes it (:func:`geoattn.locking.hold`, the file
+  ``.<name>.lock`` beside it): a second generation into the same file is refused, naming the first
+  one's pid; the kernel releases the lock of a killed process, and its workers, which share it,
+  die with it.
 - Ctrl-C (``SIGINT``) and ``SIGTERM`` ask the generation to stop: the sample being written is
-  finished, the workers are killed, the file is closed with every complete sample in it, and
-  :class:`KeyboardInterrupt` is raised (a second signal raises it at once). The signals are
-  handled this way only when generating from the main thread.
+  finished, then the handler the signal had before is called (the ``geoattn`` command's raises
+  :class:`~geoattn.cli.entry.Stopped`, which sets its exit status), the workers are killed, the
+  file is closed with every complete sample in it, and :class:`KeyboardInterrupt` is raised
+  (a second signal stops at once). The signals are handled this way only when generating from
+  the main thread; a signal the process ignores stays ignored.
 - Worker processes die with their parent: on Linux through ``prctl(PR_SET_PDEATHSIG, SIGKILL)``
   (the kernel kills them the moment the parent dies, however it dies), elsewhere through a thread
   that polls the parent's pid every second. They are started before the dataset file is opened,
@@ -34,6 +45,7 @@ import contextlib
 import ctypes
 import datetime
 import functools
+import io
 import logging
 import multiprocessing
 import os
@@ -51,6 +63,8 @@ import torch
 
 from .. import __version__
 from ..errors import ConfigError, DatasetFileError, OutputError
+from ..locking import hold
+from ..paths import symlink_loop
 from ..mesh import MeshData, from_meshio
 from ..mesh.validation import located
 from ..optional import progress as progress_bar, require
@@ -141,11 +155,94 @@ def _allocated(group, name: str, shape: tuple, dtype: str, fillvalue=None):
     return group.create_dataset(name, shape=shape, dtype=dtype, fillvalue=fillvalue, dcpl=dcpl)
 
 
+class _GuardedFile(io.RawIOBase):
+    """The dataset file as h5py's ``fileobj`` driver sees it: a write or truncation that fails
+    (``ENOSPC`` on a full disk, a quota) is kept in :attr:`error` and reported to HDF5 as done.
+
+    HDF5 cannot recover from a failed write: the handle is left broken, and closing it crashes
+    the process (a segmentation fault, after pages of tracebacks). With this file HDF5 never sees
+    one, and the caller raises :attr:`error` after closing the handle, before flagging any sample
+    whose values may be incomplete (or, for a file being created, instead of publishing it).
+    """
+
+    def __init__(self, path: Path, mode: str):
+        super().__init__()
+        self._fh = open(path, mode, buffering=0)
+        self.error: OSError | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        return self._fh.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._fh.tell()
+
+    def readinto(self, buffer) -> int:
+        return self._fh.readinto(buffer)
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        if self.error is None:
+            try:
+                done = 0
+                while done < len(view):
+                    done += self._fh.write(view[done:])
+                return len(view)
+            except OSError as err:
+                self.error = err
+        self._fh.seek(len(view), os.SEEK_CUR)
+        return len(view)
+
+    def truncate(self, size: int | None = None) -> int:
+        try:
+            return self._fh.truncate(size)
+        except OSError as err:
+            self.error = self.error or err
+            return self._fh.tell() if size is None else size
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()
+
+    def check(self, what: str, advice: str = "") -> None:
+        """Raise :class:`~geoattn.errors.OutputError` (``cannot {what}: {reason}{advice}``) for the
+        first failed write, if any."""
+        if self.error is not None:
+            err = self.error
+            raise OutputError(f"cannot {what}: {err.strerror or err}{advice}") from err
+
+
+#: what a failed sample write adds to its message
+_RESUME = "; the samples written before are kept: make room and run the same command again to resume"
+
+
+@contextlib.contextmanager
+def _h5(path: Path, mode: str, what: str, advice: str = ""):
+    """``h5py.File`` on ``path`` through :class:`_GuardedFile` (``mode`` ``"w"`` or ``"r+"``),
+    closed at the end of the block; then a write that failed in it raises
+    :class:`~geoattn.errors.OutputError` (:meth:`_GuardedFile.check`)."""
+    guard = _GuardedFile(path, "w+b" if mode == "w" else "r+b")
+    try:
+        with h5py.File(guard, mode) as fh:
+            yield fh, guard
+    finally:
+        guard.close()
+    guard.check(what, advice)
+
+
 def _create(path: Path, recipe: Recipe, bases: dict[str, MeshData]) -> None:
     tmp = path.with_name(path.name + ".partial")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with h5py.File(tmp, "w") as fh:
+        with _h5(tmp, "w", f"create {path}") as (fh, _):
             fh.attrs.update(format=FORMAT, format_version=FORMAT_VERSION, geoattn_version=__version__,
                             recipe=recipe.to_json(), n=recipe.n, seed=recipe.seed,
                             created=datetime.datetime.now(datetime.timezone.utc).isoformat())
@@ -164,7 +261,7 @@ def _create(path: Path, recipe: Recipe, bases: dict[str, MeshData]) -> None:
     except BaseException as err:
         if tmp.exists():
             tmp.unlink()
-        if isinstance(err, OSError):
+        if isinstance(err, OSError) and not isinstance(err, OutputError):
             raise OutputError(f"cannot write {path} ({err})") from err
         raise
 
@@ -198,18 +295,24 @@ def _todo(done):
         yield from (start + int(i) for i in np.flatnonzero(flags == 0))
 
 
-def _write(path: Path, fh: h5py.File, index: int, result: dict) -> None:
+def _write(path: Path, fh: h5py.File, guard: _GuardedFile, index: int, result: dict) -> None:
+    """Write sample ``index``, then its flag; a write that fails (a full disk) stops before the
+    flag: the file keeps every sample flagged before, and the next run resumes from them."""
+    what = f"write sample {index} to {path}"
     try:
         for name, (x, y) in result.items():
             g = fh["meshes"][name]
             g["x"][index], g["y"][index] = x, y
             g["checksum"][index] = crc32(x, y)
         fh.flush()  # the values reach the file before their flag
+        guard.check(what, _RESUME)
         fh["done"][index] = 1
         fh.flush()
+        guard.check(what, _RESUME)
     except OSError as err:
-        raise OutputError(f"cannot write sample {index} to {path} ({err}); the samples written "
-                          "before are kept: make room and run again to resume") from err
+        if isinstance(err, OutputError):
+            raise
+        raise OutputError(f"cannot {what}: {err}{_RESUME}") from err
 
 
 def _kill(pool: ProcessPoolExecutor) -> None:
@@ -230,35 +333,66 @@ def _pooled(pool: ProcessPoolExecutor, workers: int, todo):
         yield pending.popleft().result()
 
 
+class _StopRequest(threading.Event):
+    """Set by the first ``SIGINT`` or ``SIGTERM`` (:attr:`signum`) while generating; :meth:`stop`
+    stops the generation as the handler of that signal installed before would have."""
+
+    def __init__(self):
+        super().__init__()
+        self.signum: int | None = None
+        self.previous: dict[int, object] = {}
+
+    def stop(self, done: bool = False) -> None:
+        """Call the previous handler of the signal received (the application's: the ``geoattn``
+        command's raises :class:`~geoattn.cli.entry.Stopped`, Python's default for ``SIGINT``
+        raises :class:`KeyboardInterrupt`); raise :class:`KeyboardInterrupt` if there was none
+        (``SIGTERM``'s default), or if it returns and the generation is not ``done``."""
+        handler = self.previous.get(self.signum)
+        if callable(handler):
+            handler(self.signum, None)
+            if done:
+                return
+        raise KeyboardInterrupt
+
+
 @contextlib.contextmanager
 def _stop_requests():
-    """An event set by ``SIGINT`` or ``SIGTERM`` (a second one raises :class:`KeyboardInterrupt`).
+    """A :class:`_StopRequest` set by ``SIGINT`` or ``SIGTERM``; a second signal stops at once.
 
     A handler that raises at once could land in a weakref callback or a ``__del__``, where
     Python prints and drops the exception, and the generation would go on: so the first signal
-    only asks, and the generation stops at its next check.
+    only asks, and the generation stops at its next check (:func:`_stop_if`) the way the
+    handler it replaced would have stopped it, which gives the application its say (the
+    ``geoattn`` command's exit status of each signal). A signal the process ignores stays
+    ignored; the previous handlers are back when the block ends, and a signal that came after
+    the last check (in the XDMF write) is given to them then: a stop requested is never dropped.
     """
-    requested = threading.Event()
+    requested = _StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield requested
         return
 
     def handler(signum, frame):
         if requested.is_set():
-            raise KeyboardInterrupt
+            requested.stop()
+        requested.signum = signum
         requested.set()
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(s) is not signal.SIG_IGN:
+            requested.previous[s] = signal.signal(s, handler)
     try:
         yield requested
     finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-
-def _stop_if(requested: threading.Event) -> None:
+        for s, h in requested.previous.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
     if requested.is_set():
-        raise KeyboardInterrupt
+        requested.stop(done=True)
+
+
+def _stop_if(requested: _StopRequest) -> None:
+    if requested.is_set():
+        requested.stop()
 
 
 @contextlib.contextmanager
@@ -301,7 +435,9 @@ def generate_darcy(path: str | Path, recipe: Recipe, *, workers: int = 1, progre
         MeshError, FileNotFoundError: a mesh is invalid or missing; nothing is written.
         DatasetFileError: ``path`` is not a dataset file, or was made by another recipe or on
             other meshes; it is left unchanged.
-        OutputError: ``path`` cannot be written.
+        OutputError: ``path`` cannot be written, or the disk filled up (every sample flagged
+            before is kept, and the same call resumes once there is room).
+        LockError: another process is writing ``path``; nothing is written.
         KeyboardInterrupt: on Ctrl-C or ``SIGTERM``; every complete sample is kept, and the same
             call resumes.
     """
@@ -309,7 +445,11 @@ def generate_darcy(path: str | Path, recipe: Recipe, *, workers: int = 1, progre
     limit = 4 * (os.cpu_count() or 1)
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= limit:
         raise ConfigError(f"workers must be an integer in [1, {limit}] (four per core), got {workers!r}")
-    with _stop_requests() as stop:
+    loop = symlink_loop(path)
+    if loop:
+        raise OutputError(f"cannot write {path}: it leads through a symbolic link loop ({loop}); remove "
+                          "one of these links, or give another path")
+    with hold(path, what="dataset file"), _stop_requests() as stop:  # a second writer is refused
         bases, state = _prepare(recipe, recipe.load_meshes(base))
         if path.is_dir():
             raise OutputError(f"{path} is a folder; give a file name such as {path / 'data.h5'}")
@@ -328,11 +468,11 @@ def generate_darcy(path: str | Path, recipe: Recipe, *, workers: int = 1, progre
             _stop_if(stop)
             if remaining:
                 with _solver(state, min(workers, remaining)) as solve, \
-                        open_dataset_file(path, "r+") as fh, \
+                        _h5(path, "r+", f"write to {path}", _RESUME) as (fh, guard), \
                         progress_bar(total=recipe.n, initial=recipe.n - remaining, enabled=progress,
                                      desc=path.name, unit="sample") as bar:
                     for index, result in solve(_todo(fh["done"])):
-                        _write(path, fh, index, result)
+                        _write(path, fh, guard, index, result)
                         written += 1
                         bar.update()
                         _stop_if(stop)
@@ -341,8 +481,13 @@ def generate_darcy(path: str | Path, recipe: Recipe, *, workers: int = 1, progre
             if created and not written:
                 path.unlink(missing_ok=True)  # this run made the file and put nothing in it
             raise
-    if xdmf:
-        write_xdmf(path)
+        if xdmf:
+            try:
+                write_xdmf(path)
+            except OSError as err:
+                raise OutputError(f"{path} is complete, but its XDMF companions cannot be written "
+                                  f"({err.strerror or err}); make room and run the same command "
+                                  "again to write them") from err
     return path
 
 

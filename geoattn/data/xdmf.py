@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from xml.sax.saxutils import escape
 
+from ..atomic import atomic_path
 from .dataset import open_dataset_file
 
 _TOPOLOGY = {"triangle": "Triangle", "tetra": "Tetrahedron", "quad": "Quadrilateral",
@@ -64,7 +65,9 @@ def step_bytes(file_name: str, name: str, n: int, points_shape, cells_shape, cel
 def write_xdmf(path: str | Path) -> list[Path]:
     """Write one XDMF companion per mesh next to the dataset file; returns their paths.
 
-    The companions are written step by step, so memory stays flat for any number of samples.
+    The companions are written step by step, so memory stays flat for any number of samples,
+    and atomically (:func:`~geoattn.atomic.atomic_path`): an interrupted or killed write leaves
+    the previous companion, if any, and never half of one.
     """
     path = Path(path)
     written = []
@@ -72,7 +75,7 @@ def write_xdmf(path: str | Path) -> list[Path]:
         n = int(fh.attrs["n"])
         for name, g in fh["meshes"].items():
             out = path.with_name(f"{path.stem}.{name}.xdmf")
-            with open(out, "w") as text:
+            with atomic_path(out) as tmp, open(tmp, "w") as text:
                 text.write('<?xml version="1.0"?>\n<Xdmf Version="3.0">\n<Domain>\n'
                            f'<Grid Name="{escape(name)}" GridType="Collection" CollectionType="Temporal">\n')
                 text.writelines(_steps(path.name, name, n, g["points"].shape, g["cells"].shape,

@@ -38,10 +38,11 @@ def predict_meshio(operator: torch.nn.Module, mesh: meshio.Mesh, fields: str | S
         a new :class:`meshio.Mesh` with the same points, cells and fields as ``mesh``, plus
         ``name`` (``[N, C_out]``).
     """
-    register_meshes(operator, [mesh])  # a model trained through ResolvedQuadrature: refine this mesh
     dtype = next(operator.parameters()).dtype
     device = next(operator.parameters()).device
-    data = from_meshio(mesh, x=fields, dtype=dtype)
+    frame = getattr(operator, "frame", {})  # the frame the training meshes were read in
+    data = from_meshio(mesh, x=fields, dtype=dtype, **frame)
+    register_meshes(operator, [data if frame else mesh])  # through ResolvedQuadrature: refine it
     n, label = len(mesh.points), "+".join([fields] if isinstance(fields, str) else fields)
     with located(f"in the model's dtype {dtype} (rescale a mesh or field that overflows it)"):
         validate_points(data.pos)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,11 +19,24 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from ..errors import DimensionError, FieldLengthError, MeshFileError, UnsupportedCellError
+from ..errors import (
+    CoordinateRangeError,
+    DimensionError,
+    FieldLengthError,
+    MeshFileError,
+    UnsupportedCellError,
+)
 from .cells import CELL_DIMENSIONS, CELL_TYPES, orient_cells
 from .data import MeshData
-from .validation import located, validate_cells, validate_field, validate_mesh, validate_points
-from .weights import quadrature_weights
+from .validation import (
+    located,
+    unit_frame,
+    validate_cells,
+    validate_field,
+    validate_mesh,
+    validate_points,
+)
+from .weights import cast_weights, quadrature_weights
 
 if TYPE_CHECKING:  # meshio is imported where a mesh is built, read or written
     import meshio
@@ -105,7 +119,7 @@ def _spatial_points(points: np.ndarray, dim: int | None) -> np.ndarray:
 def from_meshio(mesh: meshio.Mesh, x: str | Sequence[str] | None = None,
                 y: str | Sequence[str] | None = None, *, weights: str | None = "lumped",
                 unused: str = "warn", reorient: bool = False, box=None,
-                dtype: torch.dtype | None = None) -> MeshData:
+                dtype: torch.dtype | None = None, origin=None, scale: float | None = None) -> MeshData:
     """Convert a :class:`meshio.Mesh` into a validated :class:`MeshData` sample with weights.
 
     Args:
@@ -119,15 +133,34 @@ def from_meshio(mesh: meshio.Mesh, x: str | Sequence[str] | None = None,
             :class:`~geoattn.errors.InvertedCellError`.
         box: domain box for the point-cloud rules.
         dtype: floating dtype of ``pos``, ``weight`` and fields (default: torch's default dtype).
+        origin: a point ``[d]`` subtracted from the coordinates, in float64, before they are cast
+            to ``dtype`` (default ``None``: none). Needed for coordinates far from the origin
+            relative to the node spacing (geographic coordinates): in float32 they lose the
+            differences between nodes, and such a mesh is refused unless an ``origin`` is given.
+            Give every mesh of one domain the same origin (and scale), so that a model sees
+            them in one frame.
+        scale: a length the coordinates are divided by after subtracting ``origin`` (default
+            ``None``: 1); the weights are then those of the scaled mesh (divided by
+            ``scale ** d``). ``origin`` and ``scale`` are recorded as ``data.frame``, and
+            :func:`to_meshio` writes the coordinates back in the original frame.
 
     Returns:
         ``MeshData`` with ``pos``, ``weight``, ``x``, ``y``, ``cells``, ``cell_type``,
         ``point_data`` (all other point fields) and ``cell_data`` (fields of the kept cells).
+
+    Raises:
+        CoordinateRangeError: the coordinates (after ``origin`` and ``scale``) overflow ``dtype``,
+            or are so far from the origin that ``dtype`` cannot tell neighbouring nodes apart
+            (:func:`cast_positions`); the message names the fix.
+        WeightError: the weights underflow or overflow ``dtype`` (e.g. float16).
     """
     dtype = dtype or torch.get_default_dtype()
     ctype, cells, blocks = _top_cells(mesh)
     pos = _spatial_points(mesh.points, CELL_TYPES[ctype].dim if ctype else None)
     n = pos.shape[0]
+    frame = None
+    if origin is not None or scale is not None:
+        pos, box, frame = _to_frame(pos, box, origin, scale)
     if cells is not None and reorient:
         validate_cells(cells, n, ctype, dim=pos.shape[1])  # before indexing pos with them
         cells = orient_cells(pos, cells, ctype)
@@ -135,7 +168,9 @@ def from_meshio(mesh: meshio.Mesh, x: str | Sequence[str] | None = None,
 
     point_data = {k: np.asarray(v) for k, v in mesh.point_data.items()}
     x_names, y_names = _names(x), _names(y)
-    data = MeshData(pos=torch.as_tensor(pos, dtype=dtype))
+    data = MeshData(pos=cast_positions(pos, dtype))
+    if frame is not None:
+        data.frame = frame
     data.x = _stack_fields(point_data, x_names, n, dtype)
     data.y = _stack_fields(point_data, y_names, n, dtype)
     extra = {}
@@ -156,8 +191,77 @@ def from_meshio(mesh: meshio.Mesh, x: str | Sequence[str] | None = None,
         data.cell_data = cell_data
     if weights is not None:
         rule = weights if (cells is not None or weights != "lumped") else None
-        data.weight = quadrature_weights(data.pos, cells, ctype, rule=rule, box=box).to(dtype)
+        weight = quadrature_weights(pos, cells, ctype, rule=rule, box=box)  # float64, from float64
+        data.weight = cast_weights(weight.numpy(), dtype)
     return data
+
+
+#: A cast may move a node by at most this fraction of the smallest distance between two nodes.
+RESOLUTION_TOL = 1e-3
+
+
+def _to_frame(pos: np.ndarray, box, origin, scale) -> tuple[np.ndarray, object, tuple]:
+    """``(pos - origin) / scale`` (and the same for ``box``) in float64, with the frame
+    ``(origin, scale)`` as plain floats."""
+    d = pos.shape[1]
+    origin = np.zeros(d) if origin is None else np.asarray(origin, dtype=np.float64).reshape(-1)
+    if origin.shape != (d,) or not np.isfinite(origin).all():
+        raise DimensionError(f"origin must be {d} finite numbers for {d}-D nodes, got {origin.tolist()}")
+    scale = 1.0 if scale is None else float(scale)
+    if not (np.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a finite number > 0, got {scale}")
+    if box is not None:
+        box = (np.asarray(box, dtype=np.float64) - origin) / scale
+    return (pos - origin) / scale, box, (tuple(origin.tolist()), scale)
+
+
+def cast_positions(pos: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """Float64 coordinates ``[N, d]`` as a tensor of ``dtype``, refusing a cast that loses them.
+
+    A cast rounds each coordinate to the ``dtype``'s spacing at its magnitude (half a unit in the
+    last place). That is refused when it could move a node by more than :data:`RESOLUTION_TOL`
+    of the smallest distance between two nodes (coordinates far from the origin: the nodes of a
+    mesh in geographic coordinates merge in float32), or when a coordinate overflows ``dtype``.
+
+    Raises:
+        CoordinateRangeError: naming the largest coordinate, the node spacing and the fix
+            (``origin=`` / ``scale=``, or a wider dtype).
+    """
+    pos = validate_points(pos)
+    info = torch.finfo(dtype)
+    big = float(np.abs(pos).max())
+    if big > info.max:
+        raise CoordinateRangeError(
+            f"coordinates reach {big:.3g}, out of the range of {dtype} (largest {info.max:.3g}): "
+            "they are too large; rescale them (pass scale= to from_meshio / read_mesh, e.g. "
+            f"scale={10 ** np.floor(np.log10(big)):.0e}) or read them in float64")
+    if 0 < big < info.tiny:
+        raise CoordinateRangeError(
+            f"coordinates are at most {big:.3g}, below the range of {dtype} (smallest normal "
+            f"{info.tiny:.3g}): they are too small; rescale them (pass scale= to from_meshio / "
+            f"read_mesh, e.g. scale={10 ** np.floor(np.log10(big)):.0e})")
+    if len(pos) > 1 and big > 0:
+        from scipy.spatial import cKDTree
+
+        centre, side = unit_frame(pos)
+        local = (pos - centre) / side  # distances without underflow or overflow of their squares
+        spacing = side * float(cKDTree(local).query(local, k=2)[0][:, 1].min())
+        rounding = 0.5 * info.eps * 2.0 ** np.ceil(np.log2(big))  # half the dtype's spacing at big
+        if rounding > RESOLUTION_TOL * spacing > 0:  # coincident nodes are validate_mesh's to refuse
+            centre = (pos.min(axis=0) + pos.max(axis=0)) / 2
+            half = float(np.abs(pos - centre).max())
+            centred = 0.5 * info.eps * 2.0 ** np.ceil(np.log2(half)) if half > 0 else 0.0
+            fix = (f"the mesh is too fine for {dtype} wherever it lies: read it in float32 or "
+                   "float64 (dtype=...)" if centred > RESOLUTION_TOL * spacing else
+                   "centre the coordinates in float64 before the cast: pass origin= to from_meshio "
+                   f"/ read_mesh (e.g. origin={np.round(centre, 3).tolist()}, the same for every "
+                   "mesh of this domain), or read in float64 (dtype=torch.float64)")
+            raise CoordinateRangeError(
+                f"coordinates reach {big:.6g} but two nodes are only {spacing:.3g} apart: {dtype} "
+                f"rounds coordinates there by up to {rounding:.3g}, which moves nodes by "
+                f"{rounding / spacing:.1%} of their spacing{' (merges them)' if rounding >= spacing / 2 else ''}; "
+                f"{fix}")
+    return torch.as_tensor(pos, dtype=dtype)
 
 
 def _numpy(value) -> np.ndarray:
@@ -172,16 +276,23 @@ def to_meshio(data, point_data: Mapping[str, object] | None = None,
 
     The point fields written are the sample's ``point_data``, its ``x`` and ``y`` (as fields
     ``"x"`` and ``"y"``) and its ``weight``, then ``point_data`` given here (which wins on a name
-    clash); likewise for cell fields. Points keep their dimension.
+    clash); likewise for cell fields. Points keep their dimension. A sample read in a frame
+    (``data.frame``, see :func:`from_meshio`) is written in the original coordinates, its
+    weights in the original units.
     """
     import meshio
 
     pos = _numpy(data.pos)
+    frame = getattr(data, "frame", None)
+    if frame is not None:  # back to the coordinates the mesh was read in
+        pos = pos.astype(np.float64) * frame[1] + np.asarray(frame[0])
     n = pos.shape[0]
     fields: dict[str, np.ndarray] = {k: _numpy(v) for k, v in (getattr(data, "point_data", None) or {}).items()}
     for key in ("x", "y", "weight"):
         if getattr(data, key, None) is not None:
             fields[key] = _numpy(data[key])
+    if frame is not None and "weight" in fields:  # a weight is a volume: in the original units
+        fields["weight"] = fields["weight"].astype(np.float64) * frame[1] ** pos.shape[1]
     fields.update({k: _numpy(v) for k, v in (point_data or {}).items()})
     for name, values in fields.items():
         validate_field(name, values, n)
@@ -234,6 +345,13 @@ def read_meshio(path: str | Path) -> meshio.Mesh:
                          if line.strip())
         reason = said if isinstance(err, SystemExit) else f"{type(err).__name__}: {err}"
         size = path.stat().st_size
+        if _vtu_without_cells(path):
+            raise MeshFileError(
+                f"cannot read mesh file {path}: it has no cells (NumberOfCells=\"0\"), a point "
+                "cloud meshio cannot read from .vtu. Write point clouds with one 'vertex' cell per "
+                "node (geoattn.mesh.write_mesh does) or build the sample from the points with "
+                "geoattn.mesh.quadrature_weights, whose point-cloud rules ('voronoi' with the "
+                "domain's box, 'knn', 'monte_carlo') weigh nodes without cells") from err
         hint = ("the file is empty" if size == 0 else
                 f"{size} bytes: truncated, corrupted or not a {path.suffix} file?")
         raise MeshFileError(f"cannot read mesh file {path} ({hint}); meshio: {reason or type(err).__name__}"
@@ -241,6 +359,16 @@ def read_meshio(path: str | Path) -> meshio.Mesh:
     if printed.getvalue().strip():
         log.warning("meshio, reading %s: %s", path, printed.getvalue().strip())
     return mesh
+
+
+def _vtu_without_cells(path: Path) -> bool:
+    """Whether ``path`` is a .vtu file whose every piece declares ``NumberOfCells="0"``."""
+    if path.suffix.lower() != ".vtu":
+        return False
+    with open(path, "rb") as fh:
+        head = fh.read(1 << 16).decode("latin-1")
+    counts = re.findall(r'NumberOfCells\s*=\s*"(\d+)"', head)
+    return bool(counts) and all(c == "0" for c in counts)
 
 
 def read_mesh(path: str | Path, **kwargs) -> MeshData:

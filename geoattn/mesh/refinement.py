@@ -17,12 +17,14 @@ original nodes.
 
 from __future__ import annotations
 
+import os
+
 import meshio
 import numpy as np
 import scipy.sparse as sp
 from scipy.spatial import cKDTree
 
-from ..errors import ConfigError, UnsupportedCellError
+from ..errors import ConfigError, TooLargeError, UnsupportedCellError
 
 
 #: relative slack on ``size``: the halves of an edge may come out a rounding error longer than
@@ -80,12 +82,49 @@ def refine_to(mesh: meshio.Mesh, size: float, max_rounds: int = 12) -> tuple[mes
         found = sorted({block.type for block in mesh.cells})
         raise UnsupportedCellError(f"refine_to needs a triangle mesh, got cells {found}")
     current = to_skfem(mesh)
+    nodes = refined_size(current.p.T, current.t.T, size)
+    available = _available_memory()
+    if available is not None and nodes * _BYTES_PER_NODE > available:
+        raise TooLargeError(_too_large(nodes, size, available))
     prolongation = sp.identity(current.p.shape[1], format="csr")
-    for _ in range(max_rounds):
-        marked = np.flatnonzero(longest_edges(current.p.T, current.t.T) > size * (1 + _ROUNDING))
-        if len(marked) == 0:
-            return from_skfem(current), prolongation
-        finer = current.refined(marked)
-        prolongation = (_midpoint_prolongation(current, finer) @ prolongation).tocsr()
-        current = finer
+    try:
+        for _ in range(max_rounds):
+            marked = np.flatnonzero(longest_edges(current.p.T, current.t.T) > size * (1 + _ROUNDING))
+            if len(marked) == 0:
+                return from_skfem(current), prolongation
+            finer = current.refined(marked)
+            prolongation = (_midpoint_prolongation(current, finer) @ prolongation).tocsr()
+            current = finer
+    except MemoryError as err:
+        raise TooLargeError(_too_large(nodes, size, available)) from err
     raise ConfigError(f"cells longer than {size} remain after {max_rounds} rounds of refinement")
+
+
+#: memory a refined node costs while refining (skfem's arrays, the prolongation, its products),
+#: an upper estimate in bytes
+_BYTES_PER_NODE = 2000
+
+
+def refined_size(points: np.ndarray, triangles: np.ndarray, size: float) -> int:
+    """About how many nodes :func:`refine_to` gives: a triangle whose longest edge ``L`` exceeds
+    ``size`` is split about ``4 ** ceil(log2(L / size))`` times, and a triangle mesh has about
+    half as many nodes as triangles."""
+    ratio = longest_edges(points, triangles) / size
+    with np.errstate(over="ignore"):
+        rounds = np.ceil(np.log2(np.maximum(ratio / (1 + _ROUNDING), 1.0)))
+        count = float(np.sum(4.0**rounds))
+    return int(min(len(points) + count / 2, 2.0**62))
+
+
+def _available_memory() -> int | None:
+    """The physical memory available now, in bytes (``None`` where the system does not say)."""
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - not Linux
+        return None
+
+
+def _too_large(nodes: int, size: float, available: int | None) -> str:
+    have = f" ({available / 2**30:.3g} GiB available)" if available is not None else ""
+    return (f"refining to edges of at most {size:.3g} would give about {nodes:.3g} nodes, which do "
+            f"not fit in memory{have}; refine to a larger size or a part of the mesh")

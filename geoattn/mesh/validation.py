@@ -2,8 +2,11 @@
 
 Each check raises a specific :class:`~geoattn.errors.MeshError` subclass whose message names the
 problem and the first offending index. Checks run in a fixed order (emptiness, finiteness, cell
-type, dimension, index range, repeated cells, degeneracy, orientation, duplicate nodes, unused
-nodes), so one input with several defects always reports the same one first.
+type, dimension, index range, repeated cells, degeneracy, orientation, duplicate nodes, cells
+overlapping through a facet, unused nodes), so one input with several defects always reports the
+same one first. Geometry is computed in float64 on the nodes centred and scaled to unit size
+(:func:`unit_frame`), so a mesh far from the origin or in tiny or huge units validates as the
+same mesh at the origin in unit size.
 
 The checks are vectorised and cheap: :func:`validate_weights` is ``O(N)`` in torch on the
 weights' own device (the model wrapper runs it on every call), :func:`validate_cells` is one sort
@@ -25,6 +28,7 @@ from scipy.spatial import cKDTree
 
 from ..errors import (
     CellIndexError,
+    CoordinateRangeError,
     DegenerateCellError,
     DimensionError,
     DuplicateCellError,
@@ -34,6 +38,7 @@ from ..errors import (
     GeoattnError,
     InvertedCellError,
     NonFiniteError,
+    OverlappingCellsError,
     UnusedNodeError,
     UnusedNodeWarning,
     WeightError,
@@ -90,6 +95,29 @@ def validate_points(pos) -> np.ndarray:
         i = _first(bad)
         raise NonFiniteError(f"node {i} has a non-finite coordinate {pos[i].tolist()}")
     return pos
+
+
+def unit_frame(pos: np.ndarray) -> tuple[np.ndarray, float]:
+    """The centre ``[d]`` of the bounding box of ``pos [N, d]`` and its largest side, in float64:
+    ``(pos - centre) / scale`` lies in ``[-1/2, 1/2]^d``, so the geometry (differences of nearby
+    coordinates, cell volumes) is computed without the cancellation that coordinates far from
+    the origin cause (``scale`` is ``1`` for a single point).
+
+    Raises:
+        CoordinateRangeError: the coordinates are so large that their extent overflows float64,
+            or its ``d``-th power (a volume) does.
+    """
+    low, high = pos.min(axis=0), pos.max(axis=0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        side = float((high - low).max())
+        measure = float(np.float64(side) ** pos.shape[1])
+    if not math.isfinite(measure):
+        big = float(np.abs(pos).max())
+        raise CoordinateRangeError(
+            f"coordinates reach {big:.3g}: the mesh's extent or volume ({pos.shape[1]}-D) overflows "
+            "float64, so no weight can be computed; the coordinates are too large, rescale them "
+            "(e.g. to kilometres, or pass scale= to from_meshio / read_mesh)")
+    return (low + high) / 2, (side if side > 0 else 1.0)
 
 
 def validate_cells(cells, num_nodes: int, cell_type_name: str | None = None, *,
@@ -179,11 +207,13 @@ def validate_mesh(pos, cells=None, cell_type_name: str | None = None, *, unused:
         raise ValueError(f"unused must be 'warn', 'error' or 'ignore', got {unused!r}")
     pos = validate_points(pos)
     n, d = pos.shape
+    centre, scale = unit_frame(pos)
+    local = (pos - centre) / scale  # geometry in float64 without cancellation far from the origin
     if cells is not None:
         ct = validate_cells(cells, n, cell_type_name, dim=d)
         cells = _as_numpy(cells)
-        jac = min_corner_jacobians(pos, cells, ct.name)
-        h = np.linalg.norm(np.ptp(pos, axis=0)) / max(n, 1) ** (1.0 / d)
+        jac = min_corner_jacobians(local, cells, ct.name)
+        h = np.linalg.norm(np.ptp(local, axis=0)) / max(n, 1) ** (1.0 / d)
         tiny = DEGENERATE_TOL * h**d
         if ct.name == "line" and d == 1:
             jac = np.abs(jac)  # 1-D segments carry no orientation
@@ -191,23 +221,27 @@ def validate_mesh(pos, cells=None, cell_type_name: str | None = None, *, unused:
         if bad.any():
             i = _first(bad)
             raise DegenerateCellError(
-                f"cell {i} (nodes {cells[i].tolist()}) has zero volume (Jacobian {jac[i]:.3g})"
+                f"cell {i} (nodes {cells[i].tolist()}) has zero volume (Jacobian "
+                f"{jac[i] * scale**d:.3g})"
             )
         bad = jac < 0
         if bad.any():
             i = _first(bad)
             raise InvertedCellError(
                 f"cell {i} (nodes {cells[i].tolist()}) is inverted or non-convex (Jacobian "
-                f"{jac[i]:.3g} < 0); pass reorient=True to from_meshio to fix reversed vertex order"
+                f"{jac[i] * scale**d:.3g} < 0); pass reorient=True to from_meshio to fix reversed "
+                "vertex order"
             )
     if duplicates and n > 1:
-        tol = DUPLICATE_TOL * max(float(np.linalg.norm(np.ptp(pos, axis=0))), 1e-300)
-        dist, idx = cKDTree(pos).query(pos, k=2)
+        tol = DUPLICATE_TOL * max(float(np.linalg.norm(np.ptp(local, axis=0))), 1e-300)
+        dist, idx = cKDTree(local).query(local, k=2)
         bad = dist[:, 1] <= tol
         if bad.any():
             i = _first(bad)
             other = int(idx[i, 1] if idx[i, 0] == i else idx[i, 0])  # ties may list i second
             raise DuplicateNodeError(f"node {i} duplicates node {other} at {pos[i].tolist()}")
+    if cells is not None:
+        check_overlaps(local, cells, ct.name)  # after duplicates: a duplicate node often shows as one
     if cells is not None and unused != "ignore":
         used = np.zeros(n, dtype=bool)
         used[cells.ravel()] = True
@@ -218,6 +252,83 @@ def validate_mesh(pos, cells=None, cell_type_name: str | None = None, *, unused:
                 raise UnusedNodeError(msg)
             warnings.warn(msg + "; they get zero quadrature weight", UnusedNodeWarning,
                           stacklevel=2)
+
+
+#: The facets of each cell type, as vertex positions in its meshio/VTK vertex order.
+FACETS = {
+    "line": ((0,), (1,)),
+    "triangle": ((0, 1), (1, 2), (2, 0)),
+    "quad": ((0, 1), (1, 2), (2, 3), (3, 0)),
+    "tetra": ((1, 2, 3), (0, 2, 3), (0, 1, 3), (0, 1, 2)),
+    "hexahedron": ((0, 1, 2, 3), (4, 5, 6, 7), (0, 1, 5, 4), (1, 2, 6, 5), (2, 3, 7, 6), (3, 0, 4, 7)),
+}
+
+
+def _facet_normals(pos: np.ndarray, facets: np.ndarray) -> np.ndarray:
+    """A normal ``[F, d]`` of each facet ``[F, k]`` (not normalised; for a quad face the cross
+    product of its diagonals)."""
+    p = pos[facets]  # [F, k, d]
+    if pos.shape[1] == 1:
+        return np.ones((len(facets), 1))
+    if pos.shape[1] == 2:
+        e = p[:, 1] - p[:, 0]
+        return np.stack([-e[:, 1], e[:, 0]], axis=1)
+    if facets.shape[1] == 4:
+        return np.cross(p[:, 2] - p[:, 0], p[:, 3] - p[:, 1])
+    return np.cross(p[:, 1] - p[:, 0], p[:, 2] - p[:, 0])
+
+
+def check_overlaps(pos: np.ndarray, cells: np.ndarray, cell_type_name: str) -> None:
+    """Refuse cells that overlap through a facet: a facet (edge, face) shared by more than two
+    cells, or shared by two cells that lie on the same side of it.
+
+    In a conforming mesh every interior facet has exactly one cell on each side and a boundary
+    facet one cell, so the cells tile the domain once and their volumes add up to its measure.
+    A cell folded over its neighbour, or a cell laid over cells that share its facets, breaks
+    that: the domain is covered twice there and every lumped weight of it counts twice. Layers
+    of cells that share no facet at all (two meshes stacked) are not detected by this check.
+
+    Args:
+        pos: node coordinates ``[N, d]`` (best centred and scaled, see :func:`unit_frame`).
+        cells: valid, positively oriented cells ``[M, V]``.
+        cell_type_name: their meshio cell type.
+
+    Raises:
+        OverlappingCellsError: naming the first offending cell (the later of the two cells that
+            overlap) and the facet.
+    """
+    table = np.asarray(FACETS[cell_type_name])  # [nf, k]
+    m, nf = len(cells), len(table)
+    facets = cells[:, table].reshape(m * nf, -1)  # [M * nf, k]
+    owner = np.repeat(np.arange(m), nf)  # [M * nf]
+    keys = np.sort(facets, axis=1)
+    order = np.lexsort(keys.T[::-1])
+    keys, facets, owner = keys[order], facets[order], owner[order]
+    same = (keys[1:] == keys[:-1]).all(axis=1)  # [M * nf - 1]: facet j equals facet j + 1
+    if not same.any():
+        return
+    third = same[:-1] & same[1:]  # three cells on one facet
+    if third.any():
+        j = int(np.flatnonzero(third)[np.argmin(owner[2:][third])])
+        raise OverlappingCellsError(
+            f"cell {int(owner[j + 2])} overlaps cells {int(owner[j])} and {int(owner[j + 1])}: the "
+            f"facet with nodes {keys[j].tolist()} belongs to 3 or more cells (a facet bounds at "
+            "most two cells of a conforming mesh); remove or fix the overlapping cells")
+    pairs = np.flatnonzero(same)  # facets pairs[k] and pairs[k] + 1 are shared by two cells
+    centroid = pos[cells].mean(axis=1)  # [M, d]
+    a, b = owner[pairs], owner[pairs + 1]
+    normal = _facet_normals(pos, facets[pairs])  # [P, d]
+    base = pos[facets[pairs]].mean(axis=1)  # [P, d]
+    side_a = np.einsum("pd,pd->p", normal, centroid[a] - base)
+    side_b = np.einsum("pd,pd->p", normal, centroid[b] - base)
+    bad = side_a * side_b > 0
+    if bad.any():
+        later = np.maximum(a, b)
+        k = int(np.flatnonzero(bad)[np.argmin(later[bad])])
+        raise OverlappingCellsError(
+            f"cell {int(later[k])} overlaps cell {int(min(a[k], b[k]))}: both lie on the same side "
+            f"of their shared facet with nodes {keys[pairs[k]].tolist()}, so they cover part of the "
+            "domain twice; remove or fix the overlapping cell")
 
 
 def _graph_count(batch, num_nodes: int, num_graphs: int | None) -> int:

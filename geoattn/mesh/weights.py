@@ -18,6 +18,13 @@ smooth integrand (``h`` a mesh size, ``N`` the number of nodes, ``d`` the dimens
 The Voronoi and kNN rules reflect the cloud across the faces of the box, which clips Voronoi cells
 to the box exactly and removes the boundary bias of the kNN volume estimate; both are then scaled
 so that the weights sum to the box volume.
+
+Every rule runs in float64 on the nodes centred on their bounding box and scaled to unit size
+(:func:`unit_frame`), and the weights are scaled back by ``scale ** d``: a mesh far from the
+origin (geographic coordinates) or in tiny or huge units gets the weights of the same mesh at the
+origin in unit size, times ``scale ** d``. The weights are then cast to the dtype asked for,
+which must hold them as normal numbers (:func:`cast_weights`), else a
+:class:`~geoattn.errors.WeightError` says why.
 """
 
 from __future__ import annotations
@@ -28,10 +35,10 @@ import numpy as np
 import torch
 from scipy.spatial import ConvexHull, Voronoi, cKDTree
 
-from ..errors import DimensionError, MeshError
+from ..errors import DimensionError, MeshError, WeightError
 from .cells import lumped_mass
 from .quadrature import integrate
-from .validation import validate_points
+from .validation import unit_frame, validate_points
 
 RULES = ("lumped", "voronoi", "knn", "monte_carlo")
 
@@ -137,6 +144,16 @@ def quadrature_weights(pos, cells=None, cell_type: str | None = None, *, rule: s
     dtype = pos.dtype if isinstance(pos, torch.Tensor) and pos.is_floating_point() else torch.float64
     device = pos.device if isinstance(pos, torch.Tensor) else None
     p = validate_points(pos)
+    if rule not in RULES:
+        raise ValueError(f"unknown quadrature rule {rule!r}; choose one of {RULES}")
+    if box is not None:
+        box = _box_array(box, p)  # checked in the user's units, before the change of frame
+    centre, scale = unit_frame(p if box is None else np.concatenate([p, box]))
+    d = p.shape[1]
+    measure = scale**d  # the volume of the unit frame's box in the user's units
+    p = (p - centre) / scale
+    if box is not None:
+        box = (box - centre) / scale
     if rule == "lumped":
         if cells is None or cell_type is None:
             raise ValueError("the 'lumped' rule needs cells and cell_type")
@@ -146,14 +163,38 @@ def quadrature_weights(pos, cells=None, cell_type: str | None = None, *, rule: s
         w = voronoi_weights(p, box)
     elif rule == "knn":
         w = knn_weights(p, k, box)
-    elif rule == "monte_carlo":
+    else:  # monte_carlo
         if volume is None:
             b = _box_array(box, p)
             volume = float(np.prod(b[1] - b[0]))
+        else:
+            volume = volume / measure
         w = np.full(len(p), volume / len(p))
-    else:
-        raise ValueError(f"unknown quadrature rule {rule!r}; choose one of {RULES}")
-    return torch.as_tensor(w, dtype=dtype, device=device)
+    return cast_weights(w * measure, dtype, device)
+
+
+def cast_weights(weight: np.ndarray, dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:
+    """Float64 weights ``[N]`` as a tensor of ``dtype``, refusing a dtype in which a positive
+    weight would underflow (to zero or a subnormal number, which keeps few significant digits)
+    or overflow.
+
+    Raises:
+        WeightError: naming the weights' range, the dtype's normal range and what to do.
+    """
+    weight = np.asarray(weight, dtype=np.float64)
+    info = torch.finfo(dtype)
+    positive = weight[weight > 0]
+    if positive.size:
+        low, high = float(positive.min()), float(positive.max())
+        if low < info.tiny or high > info.max:
+            what = "underflow to zero" if low < info.tiny else "overflow to infinity"
+            raise WeightError(
+                f"the quadrature weights range from {low:.3g} to {high:.3g} and would {what} in "
+                f"{dtype} (normal numbers from {info.tiny:.3g} to {info.max:.3g}): the coordinates "
+                f"are too {'small' if low < info.tiny else 'large'} for {dtype}. Rescale them (a "
+                "weight is a volume: dividing the coordinates by s divides it by s ** d; "
+                "from_meshio and read_mesh take scale=) or use a wider dtype (float64)")
+    return torch.as_tensor(weight, dtype=dtype, device=device)
 
 
 def node_average_weights(weight: torch.Tensor, batch: torch.Tensor | None = None) -> torch.Tensor:

@@ -16,7 +16,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import ChannelError, ConfigError, DimensionError, DTypeError
+from ..errors import (BatchOrderError, ChannelError, ConfigError, DimensionError, DTypeError,
+                      FieldLengthError, NonFiniteError, WeightError)
+from ..mesh.validation import validate_weights
 
 MODELS: dict[str, type[NeuralOperator]] = {}
 
@@ -99,6 +101,93 @@ class NeuralOperator(nn.Module):
                 f"{tuple(x.shape)}; pass a field with {self.in_channels} component(s)")
         if x.shape[0] != pos.shape[0]:
             raise ChannelError(f"x has {x.shape[0]} rows but pos has {pos.shape[0]} nodes")
+
+    def check_call(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
+                   batch: torch.Tensor | None = None) -> None:
+        """Everything a forward pass checks first: :meth:`check_inputs`, then the values.
+
+        - ``batch`` (if given) is one integer graph index per node, sorted and without gaps
+          (``0, 0, ..., 1, 1, ..., B - 1``, as :class:`torch_geometric.data.Batch` makes it),
+          else :class:`~geoattn.errors.BatchOrderError` (unsorted) or
+          :class:`~geoattn.errors.FieldLengthError` (wrong shape or type);
+        - ``weight`` is one finite weight ``>= 0`` per node with a positive total per graph, else
+          :class:`~geoattn.errors.WeightError` naming the first bad index
+          (:func:`~geoattn.mesh.validate_weights`). Single zero weights are allowed: they are how
+          padding nodes drop out of every quadrature;
+        - ``x`` and ``pos`` are finite, else :class:`~geoattn.errors.NonFiniteError` naming how
+          many nodes and the first one (a NaN would otherwise spread to every output through
+          the quadratures).
+
+        The checks are :math:`O(N)` on the inputs' device with one host synchronisation when the
+        inputs are fine; only a failure looks up the offending index. They are skipped while
+        :func:`torch.compile` traces the model (``torch.compiler.is_compiling()``).
+        """
+        self.check_inputs(x, pos)
+        if torch.compiler.is_compiling():
+            return
+        n = x.shape[0]
+        if not isinstance(weight, torch.Tensor) or weight.dim() != 1 or weight.shape[0] != n or n == 0:
+            validate_weights(weight, n, batch=batch)  # names the problem
+        if batch is not None and (not isinstance(batch, torch.Tensor) or batch.dim() != 1
+                                  or batch.shape[0] != n or batch.is_floating_point()
+                                  or batch.is_complex() or batch.dtype == torch.bool):
+            validate_weights(weight, n, batch=batch)  # FieldLengthError naming the batch's shape
+        acc = weight.to(torch.promote_types(weight.dtype, torch.float32))
+        flags = [torch.isfinite(x).all(), torch.isfinite(pos).all(), acc.min() >= 0]
+        if batch is None:
+            total = acc.sum()  # quadrature-ok: the total weight |D|
+            flags += [(total > 0) & torch.isfinite(total)]
+        else:
+            step = batch[1:] - batch[:-1]
+            flags += [batch[0] == 0, ((step == 0) | (step == 1)).all()]
+            # sorted without gaps: the graphs are 0..batch[-1] < n, so n slots hold every total
+            total = acc.new_zeros(n).index_add_(0, batch.clamp(0, n - 1), acc)  # [n]
+            used = torch.arange(n, device=batch.device) <= batch[-1]
+            flags += [((total > 0) | ~used).all(), torch.isfinite(total).all()]
+        if all(torch.stack(flags).tolist()):
+            return
+        self._raise_value_error(x, pos, weight, batch)
+
+    @staticmethod
+    def _raise_value_error(x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
+                           batch: torch.Tensor | None) -> None:
+        """The typed error for inputs that failed :meth:`check_call` (the slow path)."""
+        n = x.shape[0]
+        if batch is not None:
+            low = int(batch.min())
+            if low < 0:
+                i = int(torch.nonzero(batch < 0)[0])
+                raise FieldLengthError(f"batch gives node {i} the graph index {int(batch[i])}; "
+                                       "graph indices start at 0")
+            step = batch[1:] - batch[:-1]
+            down, gap = step < 0, step > 1
+            if bool(down.any()) or bool(batch[0] != 0) or bool(gap.any()):
+                if bool(down.any()):
+                    i = int(torch.nonzero(down)[0]) + 1
+                    what = f"is not sorted: node {i} has graph {int(batch[i])} after graph {int(batch[i - 1])}"
+                elif bool(batch[0] != 0):
+                    i = 0
+                    what = f"skips a graph index (an empty graph): it starts at graph {int(batch[0])}, not 0"
+                else:
+                    i = int(torch.nonzero(gap)[0]) + 1
+                    what = (f"skips a graph index (an empty graph): node {i} has graph {int(batch[i])} "
+                            f"after graph {int(batch[i - 1])}")
+                raise BatchOrderError(
+                    f"the batch vector {what}; a batch vector must be sorted, "
+                    "0, 0, ..., 1, 1, ..., B - 1, as torch_geometric's Batch makes it. Build the "
+                    "batch with torch_geometric.data.Batch.from_data_list, or sort the nodes: "
+                    "order = batch.argsort(stable=True); x, pos, weight, batch = x[order], "
+                    "pos[order], weight[order], batch[order] (and renumber graphs 0..B-1)")
+        validate_weights(weight, n, batch=batch)
+        for name, t in (("pos", pos), ("x", x)):
+            bad = ~torch.isfinite(t.reshape(n, -1)).all(dim=1)
+            if bool(bad.any()):
+                i = int(torch.nonzero(bad)[0])
+                raise NonFiniteError(
+                    f"{name} is NaN or infinite at {int(bad.sum())} of {n} nodes, the first is node "
+                    f"{i} ({t[i].tolist()}); a non-finite {name} would spread through the "
+                    "quadratures to every output: fix or drop those nodes")
+        raise WeightError("weights have a non-finite total; rescale them")  # pragma: no cover
 
 
 def build_model(name: str, **kwargs) -> NeuralOperator:

@@ -152,7 +152,7 @@ class EncoderOperator(NeuralOperator):
                batch: torch.Tensor | None = None, **structure) -> torch.Tensor:
         """The encoder features ``[N, width]`` on the input mesh (``structure``: keyword
         arguments of the blocks' mixers)."""
-        self.check_inputs(x, pos)
+        self.check_call(x, pos, weight, batch)
         h = self.lift(self.inputs(x, pos))
         for block in self.blocks:
             h = block(h, pos, weight, batch, **structure)

@@ -114,7 +114,7 @@ class MeshFNO(NeuralOperator, MeshRegistered, name="mesh_fno"):
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
                 batch: torch.Tensor | None = None) -> torch.Tensor:
-        self.check_inputs(x, pos)
+        self.check_call(x, pos, weight, batch)
         h = self.lift(self.inputs(x, pos))
         basis = self.spectral[0].basis(pos, weight, batch)  # the nodes' Fourier basis, for every block
         if self.quadrature == "p1":

@@ -59,7 +59,7 @@ class GNO(NeuralOperator, name="gno"):
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
                 batch: torch.Tensor | None = None) -> torch.Tensor:
-        self.check_inputs(x, pos)
+        self.check_call(x, pos, weight, batch)
         edge_index = self._graphs.get((pos, batch), lambda: radius_graph(pos, self.radius, batch), self.radius)
         h = self.lift(self.inputs(x, pos))
         for k, (kernel, linear) in enumerate(zip(self.kernels, self.linears)):

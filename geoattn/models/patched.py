@@ -294,7 +294,7 @@ class PatchedOperator(EncoderOperator):
                 batch: torch.Tensor | None = None, *, partition: Partition | None = None,
                 pos_query: torch.Tensor | None = None, weight_query: torch.Tensor | None = None,
                 batch_query: torch.Tensor | None = None) -> torch.Tensor:
-        self.check_inputs(x, pos)
+        self.check_call(x, pos, weight, batch)
         self.check_query(pos_query)
         parts = self.partitions(pos, weight, batch, partition)
         index = self.patch_index(pos, batch, parts)

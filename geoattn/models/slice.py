@@ -59,7 +59,7 @@ class SliceTransformer(NeuralOperator, name="slice"):
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
                 batch: torch.Tensor | None = None) -> torch.Tensor:
-        self.check_inputs(x, pos)
+        self.check_call(x, pos, weight, batch)
         h = self.lift(self.inputs(x, pos))
         for block in self.blocks:
             h = block(h, pos, weight, batch)

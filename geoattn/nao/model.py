@@ -205,7 +205,7 @@ class NAO(NeuralOperator):
         return P @ ku.transpose(1, 2)
 
     def _dense(self, x, pos, weight, batch, x_query, pos_query, weight_query, batch_query):
-        self.check_inputs(x, pos)
+        self.check_call(x, pos, weight, batch)
         if pos_query is None:
             if weight_query is not None or batch_query is not None:
                 raise ValueError("weight_query/batch_query without pos_query: give the f-mesh nodes "
@@ -213,7 +213,10 @@ class NAO(NeuralOperator):
             pos_query, weight_query, batch_query = pos, weight, batch
         elif weight_query is None:
             raise ValueError("an f-mesh (pos_query) needs its quadrature weights weight_query")
-        self.check_inputs(x_query, pos_query)
+        if pos_query is pos:
+            self.check_inputs(x_query, pos_query)
+        else:
+            self.check_call(x_query, pos_query, weight_query, batch_query)
         B = num_graphs(batch, batch_query)
         du = dense_batch(x, pos, weight, batch, batch_size=B)
         df = dense_batch(x_query, pos_query, weight_query, batch_query, batch_size=B)

@@ -5,30 +5,44 @@ and constructor arguments, so :func:`load_operator` rebuilds the model without t
 trained it, the weights (model and normalisers), and, for resuming, the optimiser and schedule
 states, the epoch and the best validation error so far.
 
-The atomic write is available for any output file (:func:`atomic_path`), with a side-effect-free
+Format version 2 adds ``"checksum"``: the SHA-256 of every entry (the bytes, dtype and shape of
+every tensor, and the plain values, in the order they are stored; :func:`payload_checksum`),
+computed on the CPU once per save and verified on every load, so that a flipped bit anywhere in
+the weights is refused instead of silently moving the predictions. Checkpoints of version 1
+(written before checksums) still load, unverified; a version newer than this geoattn reads is
+refused.
+
+The atomic write is available for any output file (:func:`~geoattn.atomic.atomic_path`, which
+this module re-exports), with a side-effect-free
 check that an output can be written at all (:func:`check_writable`), so that a command fails
 before its work, not after it, and never leaves half a file.
 """
 
 from __future__ import annotations
 
-import contextlib
+import hashlib
+import logging
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
+import stat
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..errors import CheckpointError, GeoattnError, OutputError
+from .. import __version__
+from ..atomic import atomic_path
+from ..errors import CheckpointError, OutputError
 from ..models import build_model
+from ..paths import symlink_loop
 from .operator import NormalizedOperator
 from .resolved import ResolvedQuadrature
 
+log = logging.getLogger(__name__)
+
 FORMAT = "geoattn-checkpoint"
-VERSION = 1
+#: format version written (2: with ``"checksum"``); versions 1 and 2 are read
+VERSION = 2
+CHECKSUM = "checksum"
 _REQUIRED = ("format", "version", "model", "model_kwargs", "state_dict")
 #: entries that :class:`~geoattn.train.Trainer` adds to ``last.pt`` to resume a run
 TRAINING_STATE = ("optimizer", "scheduler", "epoch", "best", "history")
@@ -39,8 +53,12 @@ def check_writable(path: str | Path, folder: bool = False) -> Path:
     there (into an existing folder), or with ``folder=True`` that a folder can be created there
     (with its parents) or written into; otherwise raise :class:`~geoattn.errors.OutputError`
     naming the obstacle: a missing folder, a file where a folder is needed, a folder where the
-    file would go, no write permission."""
+    file would go, no write permission, a read-only file in the way, a symbolic link loop."""
     path = Path(path)
+    loop = symlink_loop(path)
+    if loop:
+        raise OutputError(f"cannot write {path}: it leads through a symbolic link loop ({loop}); "
+                          "remove one of these links, or give another path")
     if folder:
         if path.exists() and not path.is_dir():
             raise OutputError(f"cannot write into {path}: it is a file, not a folder")
@@ -50,6 +68,10 @@ def check_writable(path: str | Path, folder: bool = False) -> Path:
     else:
         if path.is_dir():
             raise OutputError(f"cannot write {path}: a folder of that name is in the way")
+        if path.exists() and (not os.access(path, os.W_OK) or not path.stat().st_mode & (
+                stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)):
+            raise OutputError(f"cannot write {path}: the file exists and is read-only; make it writable "
+                              "(chmod u+w) to replace it, or give another path")
         parent = path.parent
         if not parent.is_dir():
             what = "is a file, not a folder" if parent.exists() else "does not exist; create it first"
@@ -57,37 +79,6 @@ def check_writable(path: str | Path, folder: bool = False) -> Path:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise OutputError(f"cannot write {path}: no permission to write in {parent}")
     return path
-
-
-@contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a path to write ``path`` through; what was written there replaces ``path`` only when
-    the block succeeds, so a reader (or a crash) never sees half a file, and a failed write leaves
-    the previous file, if any, as it was.
-
-    The yielded path has ``path``'s name inside a fresh hidden folder beside it, so writers that
-    take the format from the extension, or add companion files named after it (XDMF's ``.h5``),
-    work unchanged: each file written there is moved beside ``path`` with :func:`os.replace`.
-    Missing parent folders are created. File-system errors (a file where a folder is needed, a
-    folder in the way, no permission, a full disk) raise :class:`~geoattn.errors.OutputError`
-    naming ``path``.
-    """
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    except OSError as err:
-        raise OutputError(f"cannot write {path}: {err.strerror or err}") from err
-    try:
-        yield tmp / path.name
-        for written in sorted(tmp.iterdir()):
-            os.replace(written, path.parent / written.name)
-    except OSError as err:
-        if isinstance(err, GeoattnError):
-            raise
-        raise OutputError(f"cannot write {path}: {err.strerror or err}") from err
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def operator_payload(operator: NormalizedOperator) -> dict[str, Any]:
@@ -105,10 +96,45 @@ def operator_payload(operator: NormalizedOperator) -> dict[str, Any]:
             "unweighted": operator.unweighted, "state_dict": operator.state_dict()}
 
 
+def payload_checksum(payload: dict[str, Any]) -> str:
+    """``"sha256:<hex>"`` of every entry of ``payload`` but ``"checksum"``, in stored order:
+    names, plain values (``repr``) and, of every tensor, its dtype, shape and bytes (read on the
+    CPU); the containers (dicts, lists, tuples) are walked in order."""
+    h = hashlib.sha256()
+
+    def feed(value: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            t = value.detach().cpu().contiguous()
+            h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        elif isinstance(value, dict):
+            items = [(k, v) for k, v in value.items() if value is not payload or k != CHECKSUM]
+            h.update(f"D{len(items)}".encode())
+            for key, item in items:
+                feed(key)
+                feed(item)
+        elif isinstance(value, (list, tuple)):
+            h.update(f"{type(value).__name__[0]}{len(value)}".encode())
+            for item in value:
+                feed(item)
+        elif value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+            h.update(f"{type(value).__name__}:{value!r};".encode())
+        else:  # a type outside the weights-only set: its name only (its repr may hold an address)
+            h.update(f"<{type(value).__name__}>".encode())
+
+    feed(payload)
+    return f"sha256:{h.hexdigest()}"
+
+
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
     """Write ``payload`` to ``path`` atomically (:func:`atomic_path`), creating its folder, so a
     reader (or a crash) never sees half a file; an unwritable place raises
-    :class:`~geoattn.errors.OutputError`."""
+    :class:`~geoattn.errors.OutputError`. A geoattn checkpoint (``"format"`` entry) is written at
+    format :data:`VERSION` with its ``"checksum"`` (:func:`payload_checksum`)."""
+    if isinstance(payload, dict) and payload.get("format") == FORMAT:
+        payload = {key: value for key, value in payload.items() if key != CHECKSUM}
+        payload["version"] = VERSION
+        payload[CHECKSUM] = payload_checksum(payload)
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         torch.save(payload, fh)
         fh.flush()
@@ -117,12 +143,18 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", *,
                     resume: bool = False) -> dict[str, Any]:
-    """Read a checkpoint with ``weights_only=True``; a missing, corrupted or foreign file, one with
-    NaN or infinite weights, or (with ``resume=True``) one without the training state of
-    :data:`TRAINING_STATE` (a ``best.pt``) raises :class:`~geoattn.errors.CheckpointError` naming
-    the file and the problem."""
+    """Read a checkpoint with ``weights_only=True`` and verify its checksum; a missing, corrupted
+    or foreign file, one whose contents fail their checksum, one written by a newer geoattn (a
+    format version above :data:`VERSION`), one with NaN or infinite weights, or (with
+    ``resume=True``) one without the training state of :data:`TRAINING_STATE` (a ``best.pt``)
+    raises :class:`~geoattn.errors.CheckpointError` naming the file and the problem. A checkpoint
+    of version 1 (no checksum) loads unverified, with a logged note."""
     path = Path(path)
     if not path.is_file():
+        loop = symlink_loop(path)
+        if loop:
+            raise CheckpointError(f"checkpoint {path} cannot be read: it leads through a symbolic link "
+                                  f"loop ({loop})")
         raise CheckpointError(f"checkpoint {path} does not exist")
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
@@ -132,6 +164,22 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", 
                               f"{type(err).__name__}: {reason}") from err
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a geoattn checkpoint (no format tag {FORMAT!r})")
+    version = payload.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise CheckpointError(f"checkpoint {path} is damaged: its format version is {version!r}, "
+                              "not an integer >= 1")
+    if version > VERSION:
+        raise CheckpointError(f"checkpoint {path} has format version {version}, written by a newer "
+                              f"geoattn (this one, {__version__}, reads versions up to {VERSION}): "
+                              "upgrade geoattn to read it")
+    if CHECKSUM in payload or version >= 2:
+        stored = payload.get(CHECKSUM)
+        if stored != payload_checksum(payload):
+            what = "have no checksum" if stored is None else "do not match their checksum"
+            raise CheckpointError(f"checkpoint {path} is corrupted: its contents {what} (a damaged copy or "
+                                  "disk?); use another checkpoint, or copy it again from its source")
+    else:
+        log.info("checkpoint %s has format version 1 (no checksum): loaded without verifying it", path)
     missing = [key for key in _REQUIRED + (TRAINING_STATE if resume else ()) if key not in payload]
     if missing:
         hint = "; only the last.pt of a run holds the training state to resume" if resume else ""

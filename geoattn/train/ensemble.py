@@ -23,9 +23,9 @@ import torch
 from torch import nn
 
 from ..errors import CheckpointError, ConfigError
-from .checkpoint import load_operator
+from .checkpoint import load_checkpoint, load_operator
 from .operator import NormalizedOperator
-from .trainer import Trainer
+from .trainer import LAST, Trainer
 from .wrapper import WrappedOperator
 
 
@@ -130,15 +130,44 @@ def load_ensemble(out_dir: str | Path, checkpoint: str = "best.pt",
     """The :class:`Ensemble` of the members that :func:`train_ensemble` wrote to ``out_dir``
     (``member0/best.pt``, ``member1/best.pt``, ...), in eval mode.
 
+    Only a complete ensemble is loaded: members ``0 .. K - 1`` with no number missing, each with
+    its ``checkpoint``, each finished. A member is finished when its ``last.pt`` records the last
+    epoch of its run; members without a ``last.pt`` pass only when none has one (a folder of
+    ``best.pt`` copies), since a member killed in its first epoch may have written ``best.pt``
+    alone.
+
     Raises:
-        CheckpointError: ``out_dir`` holds no ``member<k>/<checkpoint>`` (or one that does not load).
+        CheckpointError: ``out_dir`` holds no ``member<k>/<checkpoint>``, a member is missing or
+            unfinished (each is named), or a checkpoint does not load.
     """
-    folders = sorted(Path(out_dir).glob("member*"), key=lambda p: int(p.name[6:]) if p.name[6:].isdigit() else -1)
-    paths = [f / checkpoint for f in folders if f.name[6:].isdigit() and (f / checkpoint).is_file()]
-    if not paths:
+    out_dir = Path(out_dir)
+    members = {int(f.name[6:]): f for f in out_dir.glob("member*") if f.name[6:].isdigit() and f.is_dir()}
+    if not any((f / checkpoint).is_file() for f in members.values()):
         raise CheckpointError(f"no member<k>/{checkpoint} in {out_dir}: train_ensemble(..., out_dir=) or "
                               "`geoattn train --seed K --out FOLDER/memberK` writes them")
-    return Ensemble([load_operator(p, map_location) for p in paths]).eval()
+    problems = [f"member{k} is missing" for k in range(max(members)) if k not in members]
+    with_last = any((f / LAST).is_file() for f in members.values())
+    for k, folder in sorted(members.items()):
+        if not (folder / checkpoint).is_file():
+            problems.append(f"member{k} has no {checkpoint} (unfinished)")
+        elif with_last:
+            problems += [f"member{k} {why}" for why in [_unfinished(folder)] if why]
+    if problems:
+        raise CheckpointError(f"{out_dir} is not a complete ensemble: {'; '.join(problems)}; finish the run "
+                              f"(geoattn train --resume --ensemble K --out {out_dir}) or remove those members")
+    return Ensemble([load_operator(members[k] / checkpoint, map_location) for k in sorted(members)]).eval()
+
+
+def _unfinished(folder: Path) -> str | None:
+    """Why the member trained in ``folder`` is unfinished (``None``: it finished)."""
+    if not (folder / LAST).is_file():
+        return f"has no {LAST} (its run stopped in its first epoch)"
+    state = load_checkpoint(folder / LAST)
+    epochs = (state.get("trainer") or {}).get("epochs")
+    epoch = state.get("epoch")
+    if isinstance(epochs, int) and isinstance(epoch, int) and epoch + 1 < epochs:
+        return f"is unfinished (its run stopped after epoch {epoch + 1} of {epochs})"
+    return None
 
 
 def load_trained(path: str | Path, map_location: str | torch.device = "cpu") -> nn.Module:

@@ -47,8 +47,11 @@ def _ratio(num: torch.Tensor, den: torch.Tensor, eps: float, norm: str) -> torch
         value = float(den.reshape(-1)[b])
         if not math.isfinite(value):
             raise NonFiniteError(f"{which} has squared {norm} norm {value}: its values or weights "
-                                 "are not finite")
-        cause = "check the weights for negative values" if value < 0 else "drop all-zero targets"
+                                 f"are not finite, or too large for {den.dtype}: rescale the "
+                                 "coordinates (read_mesh(..., scale=)) or the field, or use float64")
+        cause = ("check the weights for negative values" if value < 0 else
+                 f"drop all-zero targets (a target that is not zero underflowed {den.dtype}: rescale "
+                 "the coordinates, read_mesh(..., scale=), or the field, or use float64)")
         raise ZeroNormError(f"{which} has squared {norm} norm {value:.3g}, so the relative error is "
                             f"undefined; {cause}, or compare with an absolute error")
     return torch.sqrt(num / (den + eps))
@@ -63,7 +66,7 @@ def _squared_norm(f: torch.Tensor, weight: torch.Tensor, batch: torch.Tensor | N
 
 def relative_l2(pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor,
                 batch: torch.Tensor | None = None, num_graphs: int | None = None,
-                reduction: str = "mean", eps: float = 1e-12) -> torch.Tensor:
+                reduction: str = "mean", eps: float = 0.0) -> torch.Tensor:
     """Relative :math:`L^2(D)` error of ``pred`` against ``target``, one ratio per sample.
 
     .. math::
@@ -77,7 +80,11 @@ def relative_l2(pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor,
         batch: graph index of each node ``[N]`` (default ``None``: one sample).
         num_graphs: number of samples ``B`` (default: from ``batch``).
         reduction: ``"mean"`` (default) or ``"sum"`` over samples, or ``"none"`` for ``[B]``.
-        eps: added to the denominator, for targets of tiny norm (default ``1e-12``).
+        eps: added to the denominator (default ``0``). It is an absolute amount of
+            :math:`\\int_D |u|^2 dx`, whose size depends on the units of the mesh (a weight is a
+            volume): any ``eps > 0`` biases the error of a mesh in small units (a target of
+            squared norm ``1e-16`` against ``eps = 1e-12`` reads 100 times too small). A target
+            of zero norm raises :class:`~geoattn.errors.ZeroNormError` instead.
 
     Raises:
         ZeroNormError: a sample's target has zero norm (or the weights sum to zero).
@@ -96,7 +103,7 @@ def relative_l2(pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor,
 def relative_h1(pred: torch.Tensor, target: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
                 cells: torch.Tensor, batch: torch.Tensor | None = None,
                 num_graphs: int | None = None, reduction: str = "mean",
-                eps: float = 1e-12) -> torch.Tensor:
+                eps: float = 0.0) -> torch.Tensor:
     """Relative :math:`H^1(D)` error, with gradients of the P1 interpolants on simplex cells.
 
     .. math::

@@ -31,6 +31,12 @@ class NormalizedOperator(nn.Module):
     output). The check costs one or two host synchronisations and, on CPU, about 0.2 ms against
     about 1 s for the forward pass of a width-32, depth-2 TNO on four samples of 4225 nodes.
 
+    The operator also keeps the coordinate frame its training meshes were read in (``origin``
+    and ``scale`` of :func:`~geoattn.mesh.from_meshio`, recorded by :meth:`record_frame`, which
+    :class:`~geoattn.train.Trainer` calls) and saves it in checkpoints: read every mesh it
+    predicts on in that frame, ``read_mesh(path, **operator.frame)``, so that the model sees
+    it where it saw the training meshes. Checkpoints from before frames load with none.
+
     Args:
         model: a :class:`~geoattn.models.NeuralOperator`.
         unweighted: feed the model node-average weights (default ``False``).
@@ -45,6 +51,33 @@ class NormalizedOperator(nn.Module):
         self.unweighted = unweighted
         self.x_normalizer = GaussianNormalizer(model.in_channels)
         self.y_normalizer = GaussianNormalizer(model.out_channels)
+        # the frame (origin..., scale) of the training meshes as float64 bit patterns in int64, so
+        # that casting the operator (.float(), .half()) leaves it exact; empty: no frame
+        self.register_buffer("frame_bits", torch.zeros(0, dtype=torch.int64))
+
+    @property
+    def frame(self) -> dict:
+        """The keyword arguments ``origin`` and ``scale`` of :func:`~geoattn.mesh.from_meshio` /
+        :func:`~geoattn.mesh.read_mesh` that put a mesh in the frame of the training meshes
+        (``{}`` when they were read without one)."""
+        if self.frame_bits.numel() == 0:
+            return {}
+        values = self.frame_bits.detach().cpu().view(torch.float64).tolist()
+        return {"origin": values[:-1], "scale": values[-1]}
+
+    def record_frame(self, frame: tuple | None) -> None:
+        """Keep ``frame`` (a sample's ``frame`` attribute: ``(origin, scale)``, or ``None``) as
+        the frame of the training meshes."""
+        values = [] if frame is None else [*map(float, frame[0]), float(frame[1])]
+        bits = torch.tensor(values, dtype=torch.float64).view(torch.int64)
+        self.frame_bits = bits.to(self.frame_bits.device)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        key = prefix + "frame_bits"
+        if key not in state_dict:  # a checkpoint from before frames were recorded: no frame
+            state_dict[key] = torch.zeros(0, dtype=torch.int64)
+        self.frame_bits = torch.zeros_like(state_dict[key], device=self.frame_bits.device)  # its length
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
                 batch: torch.Tensor | None = None, **query) -> torch.Tensor:

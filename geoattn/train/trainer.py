@@ -28,12 +28,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ..errors import ChannelError, ConfigError, FieldLengthError, NonFiniteLossError
+from ..errors import ChannelError, ConfigError, FieldLengthError, FrameError, NonFiniteLossError
+from ..locking import hold
 from ..mesh.registry import register_meshes
 from ..mesh.validation import located, validate_sample
 from ..optional import progress as progress_bar
 from ..optional import require
-from .checkpoint import load_checkpoint, operator_payload, save_checkpoint
+from .checkpoint import atomic_path, load_checkpoint, operator_payload, save_checkpoint
 from .loader import EpochBatches, batch_loader, collate
 from .loss import relative_h1, relative_l2
 from .operator import NormalizedOperator
@@ -140,11 +141,13 @@ def evaluate_errors(operator: NormalizedOperator, samples: Sequence, batch_size:
 
 
 def validate_samples(samples: Sequence, model: torch.nn.Module, name: str = "training",
-                     h1: bool = False) -> None:
+                     h1: bool = False, *, frame: tuple | None | str = "first") -> None:
     """Check every sample once before training: the fields a step needs (``x``, ``y``,
     ``weight``, and ``cells`` with ``h1=True``), :func:`~geoattn.mesh.validate_sample` without the
     geometric mesh checks (finite values, valid weights with a positive total, cells in range and
-    not repeated), the model's channels and dimension, and a target of non-zero norm.
+    not repeated), the model's channels and dimension, a target of non-zero norm, and one
+    coordinate frame (``data.frame``, see :func:`~geoattn.mesh.from_meshio`) for all samples:
+    ``frame``'s, or the first sample's with ``frame="first"``.
 
     Raises:
         MeshError: the specific error, its message prefixed with ``"{name} sample {i}"``.
@@ -152,6 +155,12 @@ def validate_samples(samples: Sequence, model: torch.nn.Module, name: str = "tra
     needed = ("x", "y", "weight", "cells") if h1 else ("x", "y", "weight")
     for i, data in enumerate(samples):
         with located(f"{name} sample {i}"):
+            if isinstance(frame, str):
+                frame = getattr(data, "frame", None)
+            if getattr(data, "frame", None) != frame:
+                raise FrameError(f"was read in the frame (origin, scale) {getattr(data, 'frame', None)}, "
+                                 f"not {frame} as the training meshes; read every mesh of the model "
+                                 "with the same origin= and scale=")
             missing = [key for key in needed if getattr(data, key, None) is None]
             if missing:
                 raise FieldLengthError(f"has no {', '.join(map(repr, missing))}; training needs "
@@ -220,6 +229,10 @@ class Trainer:
         ConfigError: an unknown or unavailable device or precision (:func:`resolve_device`,
             :func:`check_precision`), or ``tensorboard=True`` without an ``out_dir``.
         MissingDependencyError: ``tensorboard`` asked for and the package not installed.
+
+    :meth:`fit` holds the lock of ``out_dir`` while it trains (:func:`geoattn.locking.hold`): it
+    raises :class:`~geoattn.errors.LockError`, naming the other process, when another process is
+    writing that folder.
 
     The settings, device and precision included, are stored under ``"trainer"`` in the
     checkpoints.
@@ -290,6 +303,13 @@ class Trainer:
             raise ConfigError(f"model {name!r} does not run in {self.precision} on {self.device.type} "
                               f"({type(err).__name__}: {reason}); train it in fp32") from err
 
+    def _run_lock(self):
+        """The lock of ``out_dir`` (rank 0, when there is one) for the epochs that write it: a
+        second process training into the same folder is refused (:func:`geoattn.locking.hold`)."""
+        if self.out_dir is None or self.rank != 0:
+            return contextlib.nullcontext()
+        return hold(self.out_dir, folder=True)
+
     def _write(self, name: str, payload: dict) -> None:
         if self.out_dir is not None and self.rank == 0:
             save_checkpoint(self.out_dir / name, payload)
@@ -306,7 +326,7 @@ class Trainer:
     def _write_metrics(self) -> None:
         if self.out_dir is None or self.rank != 0 or not self.history:
             return
-        with open(self.out_dir / METRICS, "w", newline="") as fh:
+        with atomic_path(self.out_dir / METRICS) as tmp, open(tmp, "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=list(self.history[0]))
             writer.writeheader()
             writer.writerows(self.history)
@@ -322,9 +342,16 @@ class Trainer:
         error, naming the sample, before the normalisers are fitted or anything is written.
         """
         op = self.operator
+        if not (hasattr(train, "__len__") and hasattr(train, "__getitem__")) or len(train) == 0:
+            got = "an empty one" if hasattr(train, "__len__") else f"a {type(train).__name__}"
+            raise ConfigError(f"Trainer.fit needs a sequence (a list or a dataset) of at least one "
+                              f"training sample, got {got}; nothing was trained or written")
         validate_samples(train, op.model, "training", self.h1)
+        frame = getattr(train[0], "frame", None)
         if val:
-            validate_samples(val, op.model, "validation", self.h1)
+            validate_samples(val, op.model, "validation", self.h1, frame=frame)
+        if hasattr(op, "record_frame"):
+            op.record_frame(frame)
         device = self.device
         # the meshes of models that need their cells (read only for such a model), before
         # fit_mesh: a ResolvedQuadrature fits its model on the refined training mesh
@@ -365,7 +392,7 @@ class Trainer:
         loader = batch_loader(train, batches, self.h1, self.workers, pin)
         bar = progress_bar(total=(self.epochs - start) * steps, enabled=self.progress and self.rank == 0,
                            desc="train", unit="step", leave=False)
-        with self._summary_writer(start) as board:  # None without TensorBoard
+        with self._run_lock(), self._summary_writer(start) as board:  # board: None without TensorBoard
             for epoch in range(start, self.epochs):
                 tic = time.perf_counter()
                 torch.manual_seed(self.seed * 100_003 + epoch)
@@ -412,8 +439,8 @@ class Trainer:
                                epoch=epoch, best=best, history=self.history)
                 if self.precision == "fp16":
                     payload["scaler"] = scaler.state_dict()
+                self._write_metrics()  # before last.pt: a resume replays this epoch and rewrites it
                 self._write(LAST, payload)
-                self._write_metrics()
                 if board is not None:
                     for key, value in row.items():
                         if key != "epoch" and math.isfinite(value):

@@ -6,7 +6,6 @@ dataset file are refused on load, naming the first offending index."""
 
 import multiprocessing
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -27,12 +26,12 @@ from geoattn.data.recipe import Recipe
 from geoattn.errors import (
     CellIndexError,
     ConfigError,
-    DatasetFileError,
     DuplicateCellError,
     NonFiniteError,
-    OutputError,
     WeightError,
 )
+
+from .helpers import refused, snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 MESH = ROOT / "meshes" / "square_irregular.vtu"
@@ -41,20 +40,6 @@ MESH = ROOT / "meshes" / "square_irregular.vtu"
 def argv(out, *extra, mesh=MESH, n="2"):
     return ["generate", "darcy", "--mesh", f"train={mesh}", "--n", n, "--modes", "4",
             "--out", str(out), "--no-progress", *extra]
-
-
-def snapshot(folder: Path) -> dict:
-    """Every file under ``folder`` with its bytes: what a refused command must leave as it was."""
-    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def refused(args, capsys, match: str) -> str:
-    """Run ``geoattn ARGS``: exit code 2 and one line on stderr matching ``match``."""
-    assert main(args) == 2
-    err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    assert re.search(match, err), err
-    return err
 
 
 @pytest.fixture
@@ -316,8 +301,9 @@ def slow(*args):
 
 
 generate.solve_sample = slow
-from geoattn.cli.main import main
-sys.exit(main(sys.argv[1:]))
+from geoattn.cli.entry import main  # as the console script
+
+sys.exit(main())
 """
 
 
@@ -401,8 +387,9 @@ def test_stopped_workers_die_and_the_run_resumes(tmp_path, reference, how):
     if how == "SIGKILL":
         assert proc.returncode == -signal.SIGKILL
     else:
-        assert proc.returncode == 130
-        assert err.strip().splitlines()[-1].startswith("geoattn generate: interrupted; the complete")
+        assert proc.returncode == (143 if how == "SIGTERM" else 130)
+        name = "SIGTERM" if how == "SIGTERM" else "SIGINT"
+        assert err.strip().splitlines()[-1].startswith(f"geoattn generate: interrupted by {name}; the complete")
         assert "Traceback" not in err
     assert 2 <= _done(out) < 40
     assert main(args) == 0

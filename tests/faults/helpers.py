@@ -1,0 +1,29 @@
+"""What the fault tests check again and again: a command refused with one line, and a folder
+left byte-for-byte as it was."""
+
+import re
+from pathlib import Path
+
+from geoattn.cli.main import main
+
+
+def snapshot(folder: Path) -> dict:
+    """Every file under ``folder`` (hidden ones too) with its bytes: what a refused command must
+    leave as it was."""
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def refused(args: list[str], capsys, match: str, error: type | None = None) -> str:
+    """``geoattn ARGS`` exits with code 2 and one line on stderr matching ``match``, no traceback;
+    given ``error``, ``-v`` shows the traceback, ending in that error and then the same line."""
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert re.search(match, err), err
+    if error is not None:
+        assert main(["-v", *args]) == 2
+        verbose = capsys.readouterr().err
+        raised = re.findall(r"^([\w.]+): ", verbose, re.MULTILINE)
+        assert "Traceback" in verbose and raised and raised[-1].rsplit(".", 1)[-1] == error.__name__, verbose
+        assert verbose.splitlines()[-1] == err.strip()
+    return err
