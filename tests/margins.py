@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import json
+import linecache
 import math
 import os
 import pathlib
@@ -56,7 +57,9 @@ def _record(kind: str, closeness: float, where: str | None = None) -> None:
     if where is None:
         return
     test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" (", 1)[0]
-    _out.write(json.dumps({"test": test, "where": where, "kind": kind,
+    file, _, line = where.rpartition(":")
+    code = linecache.getline(str(TESTS / file), int(line)).strip() if line.isdigit() else ""
+    _out.write(json.dumps({"test": test, "where": where, "code": code, "kind": kind,
                            "closeness": closeness}) + "\n")
 
 
@@ -216,12 +219,13 @@ def record_assertion(item, lineno: int, orig: str, expl: str) -> None:
 
 
 def worst(directory: str) -> dict[tuple[str, str], dict]:
-    """The worst (largest) closeness of every check, keyed by (test, line)."""
+    """The worst (largest) closeness of every check, keyed by its test and the text of its line
+    (so that runs of other revisions, with the lines moved, still match)."""
     rows: dict[tuple[str, str], dict] = {}
     for file in sorted(pathlib.Path(directory).glob("margins-*.jsonl")):
         for line in file.read_text().splitlines():
             row = json.loads(line)
-            key = (row["test"], row["where"])
+            key = (row["test"], row.get("code") or row["where"])
             if key not in rows or row["closeness"] > rows[key]["closeness"]:
                 rows[key] = row
     return rows

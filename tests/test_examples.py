@@ -71,7 +71,9 @@ def test_resolved_quadrature_cuts_the_graded_mesh_loss(example):
     model trained through the wrapper at half the edge (3 modes) has less than half the as-is
     model's graded error (measured: 0.033 against 0.077) and a lower training-mesh error."""
     report = example("resolved_quadrature").main(train=40, test=4, epochs=60)
-    assert report.mean("resolved", "train") == report.mean("as is", "train")
+    # equal in exact arithmetic; the two paths may sum in another order: float32 rounding of a
+    # mean of a few hundred terms, 1e-5 relative is ~80 eps (measured 0 and 7e-8 on two setups)
+    assert report.mean("resolved", "train") == pytest.approx(report.mean("as is", "train"), rel=1e-5)
     assert report.mean("resolved", "graded") < 0.67 * report.mean("as is", "graded")
     assert report.mean("supersampled", "graded") < 0.5 * report.mean("as is", "graded")
     assert report.mean("supersampled", "train") < report.mean("as is", "train")

@@ -205,7 +205,10 @@ def test_circle_coordinates():
     c = circle_coordinates(pos)
     torch.testing.assert_close(c[:3], torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]], dtype=torch.float64),
                                atol=1e-15, rtol=0)
-    assert (c[3] - c[0]).norm() < 1e-5  # x = 0 and x -> 1 are neighbours
+    # x = 0 and x -> 1 are neighbours: the chord between angles 0 and 2 pi (1 - 1e-6) is
+    # 2 sin(pi 1e-6), to rounding (cos and sin of 2 pi x: a few ulps of 1)
+    torch.testing.assert_close((c[3] - c[0]).norm(), torch.tensor(2 * math.sin(math.pi * 1e-6), dtype=torch.float64),
+                               atol=1e-14, rtol=0)
     data = burgers_data(2, seed=0, grid=64, dt=1e-2)
     for a, b in zip(uniform_samples(data, 16), on_circle(uniform_samples(data, 16))):
         assert b.pos.shape == (16, 2)
