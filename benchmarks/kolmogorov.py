@@ -60,9 +60,9 @@ import torch
 
 from timing import machine as describe_machine
 
-from geoattn.data.navier_stokes import (KolmogorovSolver, PeriodicGaussianField, evaluate, grid_values,
-                                        kolmogorov_pairs, pair_samples, periodic_voronoi_weights,
-                                        scattered_points, torus_grid)
+from geoattn.data.navier_stokes import (LENGTH, KolmogorovSolver, PeriodicGaussianField, evaluate,
+                                        grid_values, kolmogorov_pairs, pair_samples,
+                                        periodic_voronoi_weights, scattered_points, torus_grid)
 from geoattn.models import MODELS, build_model
 from geoattn.nn.spectral import resolved_modes
 from geoattn.train import NormalizedOperator, Trainer, evaluate_errors, relative_l2
@@ -168,15 +168,16 @@ def samples_on(coefficients: dict, where: dict, rows: slice, device: str = "cpu"
 def model_kwargs(name: str, scale: Scale, nodes: int) -> dict:
     """Constructor arguments of a registered model at this scale: width and depth for all, heads
     for the attention models, and for ``mesh_fno`` the modes the training nodes resolve
-    (:func:`geoattn.nn.spectral.resolved_modes`, at most 12 as in the paper's FNO) with no
-    domain padding (the flow is periodic); for the patched models (``vit``, ``fano``) 16 patches
+    (:func:`geoattn.nn.spectral.resolved_modes`, at most 12 as in the paper's FNO) on the
+    declared torus ``period=LENGTH`` (the flow is periodic: no padding, and the nodes' bounding
+    box is not the period); for the patched models (``vit``, ``fano``) 16 patches
     and the modes their nodes resolve."""
     params = inspect.signature(MODELS[name].__init__).parameters
     kw = {"width": scale.width, "depth": scale.depth}
     if "num_heads" in params:
         kw["num_heads"] = scale.num_heads
     if name == "mesh_fno":
-        kw.update(modes=max(1, min(12, resolved_modes(nodes, 2))), padding=0.0)
+        kw.update(modes=max(1, min(12, resolved_modes(nodes, 2))), period=LENGTH)
     if "num_patches" in params:  # ViT-NO, FANO: the paper's 16 patches, with the modes they resolve
         kw.update(num_patches=16, modes=resolved_modes(nodes / 16, 2))
     return {k: v for k, v in kw.items() if k in params}

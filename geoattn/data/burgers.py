@@ -24,7 +24,7 @@ import numpy as np
 import scipy.fft
 import torch
 
-from ..mesh import MeshData
+from ..mesh import MeshData, periodic_weights
 from ..optional import progress
 
 TWO_PI = 2.0 * math.pi
@@ -318,7 +318,8 @@ def periodic_trapezoid_weights(x, length: float = 1.0) -> np.ndarray:
     the composite trapezoid rule of the periodic piecewise-linear interpolant: exact for
     constants and for periodic piecewise-linear functions with kinks at the nodes, second order
     for smooth functions on any grid, and exact for trigonometric polynomials of degree below
-    :math:`N` on a uniform grid (where :math:`w_i = L / N`).
+    :math:`N` on a uniform grid (where :math:`w_i = L / N`). The 1-D case of
+    :func:`geoattn.mesh.periodic_weights`.
 
     Args:
         x (array-like): nodes ``[N]`` (or ``[N, 1]``) in :math:`[0, L)`, distinct.
@@ -339,10 +340,8 @@ def periodic_trapezoid_weights(x, length: float = 1.0) -> np.ndarray:
     if len(xs) > 1 and np.any(np.diff(xs) <= 0):
         i = int(np.flatnonzero(np.diff(xs) <= 0)[0])
         raise ValueError(f"nodes must be distinct; {xs[i]} appears twice")
-    ext = np.concatenate([[xs[-1] - length], xs, [xs[0] + length]])
-    w = np.empty(len(xs))
-    w[order] = 0.5 * (ext[2:] - ext[:-2])
-    return w
+    # the 1-D case of geoattn.mesh.periodic_weights, with this function's checks and messages
+    return periodic_weights(x[:, None], length)
 
 
 def sampling_density(f: FourierSeries, points, nu: float = 0.1) -> np.ndarray:

@@ -23,7 +23,8 @@ from .registry import MeshRegistered, mesh_key, register_meshes
 from .symmetry import Isometry, augment, check_symmetry, dihedral
 from .validation import (validate_cells, validate_field, validate_mesh, validate_sample,
                          validate_weights)
-from .weights import knn_weights, node_average_weights, quadrature_weights, voronoi_weights
+from .weights import (knn_weights, node_average_weights, periodic_weights, quadrature_weights,
+                      voronoi_weights)
 
 
 def __getattr__(name: str):
@@ -56,6 +57,7 @@ __all__ = [
     "p1_gradients",
     "partition",
     "patch_centroids",
+    "periodic_weights",
     "quadrature_weights",
     "radius",
     "radius_graph",

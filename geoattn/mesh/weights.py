@@ -15,6 +15,10 @@ smooth integrand (``h`` a mesh size, ``N`` the number of nodes, ``d`` the dimens
 - ``"monte_carlo"``: :math:`|D|/N`; :math:`O(N^{-1/2})` *only* for uniform sampling, biased
   otherwise. :func:`node_average_weights` turns any weights into these, graph by graph.
 
+On a periodic domain (a torus stored without its closing nodes) :func:`periodic_weights` gives
+the periodic trapezoid rule on tensor grids (exact for trigonometric polynomials on uniform
+grids) and the periodic Voronoi rule on any other point set.
+
 The Voronoi and kNN rules reflect the cloud across the faces of the box, which clips Voronoi cells
 to the box exactly and removes the boundary bias of the kNN volume estimate; both are then scaled
 so that the weights sum to the box volume.
@@ -104,6 +108,86 @@ def _convex_polygon_areas(vertices: np.ndarray, regions: list[list[int]]) -> np.
     w = np.roll(v, -1, axis=1)
     # repeated vertices are adjacent after sorting, so their edges have zero length and add nothing
     return 0.5 * np.abs((v[..., 0] * w[..., 1] - w[..., 0] * v[..., 1]).sum(axis=1))
+
+
+def periodic_weights(pos, period, origin=0.0) -> np.ndarray:
+    r"""Quadrature weights ``[N]`` of points on the torus :math:`\prod_k [a_k, a_k + L_k)`.
+
+    The points are a periodic point set: the closing nodes (:math:`a_k + L_k`, the images of
+    :math:`a_k`) are absent, as in the usual layout :math:`x_j = a + jL/n`, :math:`j < n`.
+
+    - On a tensor grid (every combination of the distinct coordinates of each axis is a node,
+      once), the product of the 1-D periodic trapezoid rules
+      :math:`w_i = \prod_k \tfrac12 (x^{(k)}_{j+1} - x^{(k)}_{j-1})` (neighbours taken cyclically,
+      the closing node being :math:`x^{(k)}_0 + L_k`). On a uniform grid, :math:`w_i = |T| / N`,
+      it is exact for every trigonometric polynomial of degree below :math:`n_k` along each axis
+      (spectral accuracy for smooth periodic functions); on a graded grid it is second order.
+    - On any other point set, the volumes of the Voronoi cells of the points for the periodic
+      distance (the cells of the originals among their :math:`3^d - 1` periodic copies), which
+      tile the torus: exact for constants, and of the order of the Voronoi rule on a smoothly
+      deformed grid (second order) or a random cloud (see the module docstring). In 1-D this is the
+      periodic trapezoid rule on any nodes.
+
+    The weights sum to :math:`|T| = \prod_k L_k` (to rounding) and do not change when the set
+    is translated modulo the periods.
+
+    Args:
+        pos: points ``[N, d]`` (numpy or torch) in :math:`\prod_k [a_k, a_k + L_k)`, distinct.
+        period: :math:`L`, one float or one per axis.
+        origin: :math:`a`, one float or one per axis (default ``0``).
+
+    Returns:
+        ``[N]`` float64 weights.
+
+    Raises:
+        MeshError: a point outside the torus, or two points at the same place.
+    """
+    p = validate_points(pos)
+    n, d = p.shape
+    length = np.broadcast_to(np.asarray(period, dtype=float), (d,)).copy()
+    low = np.broadcast_to(np.asarray(origin, dtype=float), (d,)).copy()
+    if not (np.isfinite(length).all() and (length > 0).all()):
+        raise ValueError(f"period must be positive and finite, one value or {d}, got {period!r}")
+    outside = ((p < low) | (p >= low + length)).any(axis=1)
+    if outside.any():
+        i = int(np.flatnonzero(outside)[0])
+        raise MeshError(f"point {i} at {p[i].tolist()} is outside the torus [{low.tolist()}, "
+                        f"{(low + length).tolist()}): reduce the coordinates modulo the period first")
+    xi = p - low  # (N, d) in [0, L)
+    axes = [np.unique(xi[:, k], return_inverse=True) for k in range(d)]
+    if math.prod(len(values) for values, _ in axes) == n:
+        cell = np.ravel_multi_index([inverse.reshape(-1) for _, inverse in axes],
+                                    [len(values) for values, _ in axes])
+        if len(np.unique(cell)) == n:  # every grid node exactly once: a tensor grid
+            w = np.ones(n)
+            for k, (values, inverse) in enumerate(axes):
+                w *= _periodic_segments(values, length[k])[inverse.reshape(-1)]
+            return w
+    _, first, count = np.unique(xi, axis=0, return_index=True, return_counts=True)
+    if (count > 1).any():
+        i = int(first[np.flatnonzero(count > 1)[0]])
+        raise MeshError(f"point {i} at {p[i].tolist()} appears more than once")
+    if n < d + 1:
+        raise MeshError(f"the periodic Voronoi rule needs at least {d + 1} points in {d}-D, got {n}")
+    scale = length.max()  # the Voronoi diagram in a frame of unit size, as the other rules
+    shifts = np.array(list(np.ndindex(*(3,) * d)), dtype=float) - 1.0  # (3^d, d), the zero shift first
+    shifts = shifts[np.argsort(np.abs(shifts).sum(1), kind="stable")]
+    tiled = (xi[None] + shifts[:, None] * length) / scale  # (3^d, N, d), originals first
+    vor = Voronoi(tiled.reshape(-1, d))
+    regions = [vor.regions[r] for r in vor.point_region[:n]]
+    if any(not r or -1 in r for r in regions):
+        raise MeshError("a periodic Voronoi cell is unbounded: the points are too few or degenerate")
+    if d == 3:
+        w = np.array([ConvexHull(vor.vertices[r]).volume for r in regions])
+    else:
+        w = _convex_polygon_areas(vor.vertices, regions)
+    return w * scale**d
+
+
+def _periodic_segments(x: np.ndarray, length: float) -> np.ndarray:
+    """1-D periodic trapezoid weights of sorted distinct nodes ``x`` in ``[0, length)``."""
+    ext = np.concatenate([[x[-1] - length], x, [x[0] + length]])
+    return 0.5 * (ext[2:] - ext[:-2])
 
 
 def knn_weights(pos: np.ndarray, k: int = 8, box=None) -> np.ndarray:

@@ -14,7 +14,7 @@ from ..mesh.cache import StructureCache
 from ..mesh.registry import MeshRegistered, mesh_parts
 from ..nn.local_integral import LocalIntegral
 from ..nn.p1_fourier import p1_fourier_basis
-from ..nn.spectral import SpectralBasis, SpectralIntegral
+from ..nn.spectral import SpectralBasis, SpectralIntegral, checked_period
 from .base import NeuralOperator
 
 #: How the forward transforms integrate: ``"nodal"`` (the nodes' quadrature weights) or ``"p1"``
@@ -39,7 +39,10 @@ class MeshFNO(NeuralOperator, MeshRegistered, name="mesh_fno"):
         \qquad \hat h(m) = \frac{1}{|B|} \sum_i w_i\, h_i\, e^{-2\pi i m \cdot (x_i - a)/L},
 
     on the bounding box of the nodes padded by the fraction ``padding`` (FNO's domain padding for
-    non-periodic problems), with :math:`\sigma` the GELU (none after the last block) and
+    non-periodic problems), or on the torus :math:`[0, L)^d` when the domain's ``period``
+    :math:`L` is declared (:math:`a = 0`, no padding; see :class:`~geoattn.nn.SpectralIntegral`:
+    a torus stored without its closing nodes has a bounding box that changes with the
+    resolution, the declared period does not), with :math:`\sigma` the GELU (none after the last block) and
     :math:`L, P` pointwise MLPs. The cost is :math:`O(N M C)` per block for :math:`M = (2K+1)^d`
     modes. Choose ``modes`` so that the training mesh resolves them
     (:func:`~geoattn.nn.spectral.resolved_modes`): with more modes than the nodes resolve, the
@@ -72,13 +75,22 @@ class MeshFNO(NeuralOperator, MeshRegistered, name="mesh_fno"):
         width: channels ``C`` (default ``32``).
         depth: number of Fourier blocks (default ``4``).
         modes: Fourier modes :math:`K` per dimension, int or one per dimension (default ``4``).
-        padding: fraction of the box added past the nodes on every axis (default ``0.25``).
+        padding: fraction of the box added past the nodes on every axis (default ``None``:
+            ``0.25``, or ``0`` with a ``period``; a nonzero padding with a period is a
+            :class:`~geoattn.errors.ConfigError`).
         coordinate_features: Fourier features of the coordinates in the lift, as the keywords of
             :class:`~geoattn.models.encoder.CoordinateFeatures` (default ``None``: none).
         quadrature: ``"nodal"`` (default) or ``"p1"`` (2-D triangle meshes), see above.
         local: a local integral in every block beside the spectral one, as the keywords of
             :class:`~geoattn.nn.LocalIntegral` but the channels and ``dim`` (``radius``,
             ``rings``, ``angles``; default ``None``: none), see above.
+        period: the period :math:`L` of a periodic domain, one float or one per dimension
+            (default ``None``: not periodic), given to every spectral block and kept in
+            :attr:`hparams`, so a checkpoint rebuilds the model on the same torus. The lift then
+            sees the coordinates as :math:`(\cos 2\pi x_k/L_k, \sin 2\pi x_k/L_k)_k` (and the
+            ``coordinate_features`` of those), smooth functions on the torus, instead of
+            :math:`x`, which jumps across the seam. Give the nodes periodic quadrature weights
+            (:func:`geoattn.mesh.periodic_weights`).
 
     Shapes:
         - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional).
@@ -86,9 +98,16 @@ class MeshFNO(NeuralOperator, MeshRegistered, name="mesh_fno"):
     """
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 32,
-                 depth: int = 4, modes: int | Sequence[int] = 4, padding: float = 0.25,
-                 coordinate_features: dict | None = None, quadrature: str = "nodal", local: dict | None = None):
+                 depth: int = 4, modes: int | Sequence[int] = 4, padding: float | None = None,
+                 coordinate_features: dict | None = None, quadrature: str = "nodal", local: dict | None = None,
+                 period: float | Sequence[float] | None = None):
         super().__init__()
+        if padding is None:
+            padding = 0.25 if period is None else 0.0
+        try:
+            checked_period(period, dim, padding)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
         if quadrature not in QUADRATURES:
             raise ConfigError(f"quadrature must be one of {QUADRATURES}, got {quadrature!r}")
         if quadrature == "p1" and dim != 2:
@@ -97,9 +116,11 @@ class MeshFNO(NeuralOperator, MeshRegistered, name="mesh_fno"):
         self._cells: dict[tuple, torch.Tensor] = {}  # triangles of each registered mesh, by mesh_key
         self._p1 = StructureCache(self.cache_size)  # the P1 weights of each mesh, on its device
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
-        self.inputs = CoordinateFeatures.of(in_channels, dim, coordinate_features)
+        self.period = checked_period(period, dim)
+        # on a torus the coordinates enter as (cos, sin)(2 pi x / L): x itself jumps across the seam
+        self.inputs = CoordinateFeatures.of(in_channels, dim if period is None else 2 * dim, coordinate_features)
         self.lift = PointwiseMLP(self.inputs.out_features, 2 * width, width)
-        self.spectral = nn.ModuleList(SpectralIntegral(width, width, modes, dim, padding=padding)
+        self.spectral = nn.ModuleList(SpectralIntegral(width, width, modes, dim, padding=padding, period=period)
                                       for _ in range(depth))
         self.linears = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
         if local is not None:
@@ -115,7 +136,7 @@ class MeshFNO(NeuralOperator, MeshRegistered, name="mesh_fno"):
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
                 batch: torch.Tensor | None = None) -> torch.Tensor:
         self.check_call(x, pos, weight, batch)
-        h = self.lift(self.inputs(x, pos))
+        h = self.lift(self.inputs(x, pos if self.period is None else self._torus_coordinates(pos)))
         basis = self.spectral[0].basis(pos, weight, batch)  # the nodes' Fourier basis, for every block
         if self.quadrature == "p1":
             basis = basis._replace(weighted=self._p1_weights(pos, batch, basis))
@@ -125,6 +146,12 @@ class MeshFNO(NeuralOperator, MeshRegistered, name="mesh_fno"):
             if k < len(self.linears) - 1:
                 h = F.gelu(h)
         return self.project(h)
+
+    def _torus_coordinates(self, pos: torch.Tensor) -> torch.Tensor:
+        r""":math:`(\cos 2\pi x_k / L_k, \sin 2\pi x_k / L_k)_k`, ``[N, 2d]``: the coordinates
+        as smooth functions on the torus."""
+        angle = 2 * torch.pi * pos / torch.tensor(self.period, dtype=pos.dtype, device=pos.device)  # (N, d)
+        return torch.cat([angle.cos(), angle.sin()], dim=-1)  # (N, 2d)
 
     def register(self, meshes) -> None:
         """Keep the triangles of each mesh (:class:`~geoattn.mesh.registry.MeshRegistered`);

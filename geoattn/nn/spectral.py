@@ -19,6 +19,12 @@ The transforms work per *segment* through a :class:`FourierFrame`: one segment p
 bounding box (:func:`box_frame`, used by :class:`SpectralIntegral` and :class:`SpectralSmoothing`),
 or one per patch in local patch coordinates (:func:`patch_frame`, used by
 :class:`PatchSpectralIntegral` and :class:`~geoattn.nn.PatchAttention`).
+
+A periodic domain is declared, never inferred: with ``period=`` the box of every graph is the
+torus :math:`[0, L)^d` itself (:func:`periodic_box`), whatever the extent of the nodes. A torus
+stored without its closing nodes has a bounding box one grid step short of the period, which
+changes with the resolution; the declared period does not, and with periodic quadrature weights
+(:func:`geoattn.mesh.periodic_weights`) the coefficients of a band-limited function are exact.
 """
 
 from __future__ import annotations
@@ -47,12 +53,14 @@ __all__ = [
     "SpectralSmoothing",
     "bounding_box",
     "box_frame",
+    "checked_period",
     "dense_basis",
     "fourier_coefficients",
     "fourier_evaluate",
     "fourier_modes",
     "hermitian_part",
     "patch_frame",
+    "periodic_box",
     "resolved_modes",
 ]
 
@@ -157,6 +165,37 @@ def bounding_box(pos: torch.Tensor, batch: torch.Tensor, num_graphs: int,
     lo = scatter(torch.where(real[:, None], pos, inf), batch, dim=0, dim_size=num_graphs, reduce="min")
     hi = scatter(torch.where(real[:, None], pos, -inf), batch, dim=0, dim_size=num_graphs, reduce="max")
     return lo, hi
+
+
+def periodic_box(period: tuple[float, ...], like: torch.Tensor, num_graphs: int):
+    """Corners ``(lo [B, d], hi [B, d])`` of the torus :math:`[0, L)^d` for every graph.
+
+    The origin is 0: the operators of this module commute with translations of the torus, so
+    where it starts changes no output (a node at :math:`x` and at :math:`x + L` are one node).
+
+    Args:
+        period: :math:`L_k` per axis (``d`` floats, as :func:`checked_period` gives).
+        like: a tensor of the dtype and device of the coordinates.
+        num_graphs: number of graphs ``B``.
+    """
+    hi = torch.tensor(period, dtype=like.dtype, device=like.device).expand(num_graphs, -1)
+    return torch.zeros_like(hi), hi
+
+
+def checked_period(period: float | Sequence[float] | None, dim: int,
+                   padding: float = 0.0) -> tuple[float, ...] | None:
+    """``period`` as ``dim`` positive floats (``None`` stays ``None``), refusing a ``padding``:
+    a torus has no boundary to pad."""
+    if period is None:
+        return None
+    values = [period] * dim if isinstance(period, (int, float)) else list(period)
+    if len(values) != dim or not all(math.isfinite(p) and p > 0 for p in values):
+        raise ValueError(f"period must be one positive float or {dim} of them, got {period!r}")
+    if padding:
+        raise ValueError(f"padding={padding} with period={period!r}: the domain is periodic, so "
+                         "there is no boundary to pad; give padding=0 (or period=None for a "
+                         "non-periodic domain)")
+    return tuple(float(p) for p in values)
 
 
 def patch_frame(pos: torch.Tensor, weight: torch.Tensor, patch: torch.Tensor, patch_length: float,
@@ -456,9 +495,9 @@ class SpectralBasis(NamedTuple):
     Fields: ``frame`` (:class:`FourierFrame` of the nodes), ``box`` (corners ``(lo, hi)`` of the
     padded box of each graph, ``[B, d]`` each), ``side`` (the unpadded box sides ``[B, d]``),
     ``trig`` (the :func:`dense_basis` of the frame, ``None`` when finufft runs), ``modes`` and
-    ``padding`` (of the layer that made it), and ``weighted`` (optional: the basis with the
+    ``padding`` (of the layer that made it), ``weighted`` (optional: the basis with the
     quadrature in it for the forward transform, the ``weighted`` of :func:`fourier_coefficients`;
-    ``None``, the default, uses the nodal quadrature).
+    ``None``, the default, uses the nodal quadrature) and ``period`` (of the layer that made it).
     """
 
     frame: FourierFrame
@@ -468,6 +507,7 @@ class SpectralBasis(NamedTuple):
     modes: torch.Tensor
     padding: float
     weighted: torch.Tensor | None = None
+    period: tuple[float, ...] | None = None
 
 
 class SpectralIntegral(nn.Module):
@@ -486,7 +526,16 @@ class SpectralIntegral(nn.Module):
     The box is that of the nodes of positive weight of each graph, extended by the fraction
     ``padding`` of its sides on the upper end of every axis, :math:`L = (1 + p)(b - a)`, as FNO pads
     non-periodic domains: the truncated series is then periodic on the larger box, and need not
-    match the function's values on opposite sides of the domain. The coefficients are a
+    match the function's values on opposite sides of the domain.
+
+    On a periodic domain, declare it: with ``period`` :math:`L` the box is the torus
+    :math:`[0, L)^d` of every graph (:math:`a = 0`; the operator commutes with translations, so
+    the origin changes nothing), whatever the extent of the nodes, and ``padding`` must be 0. A
+    torus is usually stored without its closing nodes (:math:`x_j = jL/n`, :math:`j < n`), so
+    its bounding box is :math:`L(1 - 1/n)`: without ``period`` the frame, and the operator,
+    change with the resolution. With ``period`` and periodic quadrature weights
+    (:func:`geoattn.mesh.periodic_weights`) the operator is the same on every grid of the torus,
+    and exact on uniform grids for inputs band-limited below the grid's Nyquist mode. The coefficients are a
     quadrature of the continuum Fourier integral, so the output converges
     at the order of the quadrature as the mesh is refined. The cost is
     :math:`O((N + N_\text{out}) M C + M C_\text{in} C_\text{out})` for :math:`M` modes with dense
@@ -502,23 +551,29 @@ class SpectralIntegral(nn.Module):
         backend: how the transforms are computed, ``"auto"`` (default), ``"dense"`` or
             ``"finufft"`` (:func:`fourier_coefficients`); the results agree to the precision of
             the dtype.
+        period: the period :math:`L` of a periodic domain, one float or one per dimension
+            (default ``None``: not periodic, the padded bounding box); the nodes lie in
+            :math:`[0, L)^d` or any translate of it. A nonzero ``padding`` with it is a
+            ``ValueError``.
 
     Shapes:
         - **input:** ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional),
           and the output points ``pos_query [Nq, d]`` and ``batch_query [Nq]`` (optional keywords;
           default: the input nodes); ``basis``, the :class:`SpectralBasis` of ``pos``, ``weight``
-          and ``batch`` from :meth:`basis` of this layer or one with the same modes and padding
-          (optional keyword: computed when not given).
+          and ``batch`` from :meth:`basis` of this layer or one with the same modes, padding and
+          period (optional keyword: computed when not given).
         - **output:** ``[Nq, C_out]``.
     """
 
     def __init__(self, in_channels: int, out_channels: int, modes: int | Sequence[int], dim: int,
-                 padding: float = 0.0, backend: str = "auto"):
+                 padding: float = 0.0, backend: str = "auto",
+                 period: float | Sequence[float] | None = None):
         super().__init__()
         if padding < 0:
             raise ValueError(f"padding must be >= 0, got {padding}")
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
         self.padding, self.backend = padding, _checked_backend(backend)
+        self.period = checked_period(period, dim, padding)
         self.modes = modes
         self.register_buffer("mode_index", fourier_modes(modes, dim), persistent=False)
         self.mix = ModeLinear(in_channels, out_channels, len(self.mode_index))
@@ -545,10 +600,10 @@ class SpectralIntegral(nn.Module):
             raise ValueError(f"batch_query names {count_graphs(batch_query)} graphs, the input has {b}")
         if basis is None:
             basis = self.basis(pos, weight, batch)
-        elif basis.modes is not self.mode_index and not (
+        elif basis.period != self.period or basis.modes is not self.mode_index and not (
                 torch.equal(basis.modes, self.mode_index) and basis.padding == self.padding):
-            raise ValueError("basis was made by a layer with other modes or padding: make it with "
-                             "this layer's basis()")
+            raise ValueError("basis was made by a layer with other modes or padding, or another "
+                             "period: make it with this layer's basis()")
         frame = basis.frame
         coeff = fourier_coefficients(x, weight, frame, self.mode_index, self.backend, basis.trig, basis.weighted)
         coeff = self.multiply(coeff, basis.side)
@@ -559,23 +614,29 @@ class SpectralIntegral(nn.Module):
 
     def basis(self, pos: torch.Tensor, weight: torch.Tensor,
               batch: torch.Tensor | None = None) -> "SpectralBasis":
-        """What the layer computes from the nodes alone: their frame in the padded box of each
-        graph and, when the dense backend runs, their :func:`dense_basis`. Layers with the same
-        modes and padding (the blocks of :class:`~geoattn.models.MeshFNO`) share one, passed as
-        ``basis`` to :meth:`forward`; the result is the same as without it."""
+        """What the layer computes from the nodes alone: their frame in the padded box (or the
+        torus, with ``period``) of each graph and, when the dense backend runs, their
+        :func:`dense_basis`. Layers with the same modes, padding and period (the blocks of
+        :class:`~geoattn.models.MeshFNO`) share one, passed as ``basis`` to :meth:`forward`; the
+        result is the same as without it."""
         b = count_graphs(batch)
         if batch is None:
             batch = torch.zeros(len(pos), dtype=torch.long, device=pos.device)
-        lo, hi = bounding_box(pos, batch, b, weight)
-        side = hi - lo
-        box = (lo, lo + (1.0 + self.padding) * side)
+        if self.period is None:
+            lo, hi = bounding_box(pos, batch, b, weight)
+            side = hi - lo
+            box = (lo, lo + (1.0 + self.padding) * side)
+        else:
+            box = periodic_box(self.period, pos, b)
+            side = box[1]
         frame = box_frame(pos, batch, b, box=box)
         dense = not _uses_nufft(self.backend, frame, self.mode_index)
         trig = dense_basis(frame.xi, self.mode_index) if dense else None
-        return SpectralBasis(frame, box, side, trig, self.mode_index, self.padding)
+        return SpectralBasis(frame, box, side, trig, self.mode_index, self.padding, period=self.period)
 
     def extra_repr(self) -> str:
         pad = f", padding={self.padding}" if self.padding else ""
+        pad += f", period={self.period}" if self.period is not None else ""
         pad += f", backend={self.backend!r}" if self.backend != "auto" else ""
         return f"{self.in_channels}, {self.out_channels}, modes={self.modes}, dim={self.dim}{pad}"
 
@@ -584,7 +645,8 @@ class SpectralSmoothing(SpectralIntegral):
     r"""The smoothing layer :math:`z \mapsto (I - \varepsilon\Delta)^{-\alpha} z` (Remark 21).
 
     Applied in the Fourier basis of the bounding box :math:`B = a + [0, L]` (periodic extension),
-    to the retained modes :math:`|m_k| \le K_k` only, as a correction of the identity:
+    or of the torus :math:`[0, L)^d` when ``period`` :math:`L` is given, to the retained modes
+    :math:`|m_k| \le K_k` only, as a correction of the identity:
 
     .. math::
         S z(y) = z(y) + \mathrm{Re} \sum_{|m_k| \le K_k}
@@ -597,7 +659,12 @@ class SpectralSmoothing(SpectralIntegral):
     the modes beyond :math:`K`) passes unchanged, so :math:`S \to I` as :math:`\varepsilon \to 0`
     on any field (the multiplier :math:`-\alpha\varepsilon|2\pi m/L|^2 + O(\varepsilon^2)` goes to
     zero). No learned parameters; channels are smoothed independently. The paper uses
-    :math:`\varepsilon = 10^{-3}`, :math:`\alpha = 1.001` on periodic problems.
+    :math:`\varepsilon = 10^{-3}`, :math:`\alpha = 1.001` on periodic problems: declare their
+    ``period``, else the box is the nodes' bounding box, short of the period by a grid step on
+    a torus stored without its closing nodes, and the multiplier is that of the wrong box. With
+    the period and periodic weights (:func:`geoattn.mesh.periodic_weights`) on a uniform grid,
+    the layer multiplies every retained mode of a band-limited field by
+    :math:`(1 + \varepsilon |2\pi m / L|^2)^{-\alpha}` exactly.
 
     Args:
         modes: :math:`K` per dimension.
@@ -605,6 +672,8 @@ class SpectralSmoothing(SpectralIntegral):
         eps: :math:`\varepsilon > 0` (default ``1e-3``).
         alpha: :math:`\alpha > 0` (default ``1.001``).
         backend: ``"auto"`` (default), ``"dense"`` or ``"finufft"``, as :class:`SpectralIntegral`.
+        period: the period :math:`L` of a periodic domain, one float or one per dimension
+            (default ``None``: the bounding box), as :class:`SpectralIntegral`.
 
     Shapes:
         - **input:** ``x [N, C]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional), any
@@ -613,12 +682,12 @@ class SpectralSmoothing(SpectralIntegral):
     """
 
     def __init__(self, modes: int | Sequence[int], dim: int, eps: float = 1e-3, alpha: float = 1.001,
-                 backend: str = "auto"):
+                 backend: str = "auto", period: float | Sequence[float] | None = None):
         nn.Module.__init__(self)
         if eps <= 0 or alpha <= 0:
             raise ValueError(f"eps and alpha must be positive, got eps={eps}, alpha={alpha}")
         self.dim, self.modes, self.eps, self.alpha, self.padding = dim, modes, eps, alpha, 0.0
-        self.backend = _checked_backend(backend)
+        self.backend, self.period = _checked_backend(backend), checked_period(period, dim)
         self.register_buffer("mode_index", fourier_modes(modes, dim), persistent=False)
 
     def reset_parameters(self) -> None:
@@ -634,7 +703,8 @@ class SpectralSmoothing(SpectralIntegral):
         return x + super().forward(x, pos, weight, batch)
 
     def extra_repr(self) -> str:
-        return f"modes={self.modes}, dim={self.dim}, eps={self.eps}, alpha={self.alpha}"
+        period = f", period={self.period}" if self.period is not None else ""
+        return f"modes={self.modes}, dim={self.dim}, eps={self.eps}, alpha={self.alpha}{period}"
 
 
 class PatchSpectralIntegral(SpectralIntegral):
@@ -653,6 +723,9 @@ class PatchSpectralIntegral(SpectralIntegral):
     This is the resolution-independent replacement of ViT's "flatten and project" patch
     embedding, and the spectral :math:`Q, K, V` of FANO.
 
+    Every patch has its own frame, so a domain's period does not apply (``period`` other than
+    ``None`` is a ``ValueError``; ``padding`` is unused).
+
     Args:
         in_channels, out_channels, modes, dim, backend: as :class:`SpectralIntegral`.
 
@@ -662,6 +735,13 @@ class PatchSpectralIntegral(SpectralIntegral):
           (float, default ``1``) and ``num_patches`` (optional :math:`P`).
         - **output:** ``[N, C_out]``.
     """
+
+    def __init__(self, in_channels: int, out_channels: int, modes: int | Sequence[int], dim: int,
+                 padding: float = 0.0, backend: str = "auto", period: None = None):
+        if period is not None:
+            raise ValueError(f"period={period!r}: a patch is transformed in its own frame, so a "
+                             "domain's period does not apply; give period=None")
+        super().__init__(in_channels, out_channels, modes, dim, padding, backend)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
                 batch: torch.Tensor | None = None, *, patch: torch.Tensor,

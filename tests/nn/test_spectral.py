@@ -110,6 +110,11 @@ def test_layers_share_a_basis_of_the_same_modes_and_padding():
     for other in (SpectralIntegral(2, 3, 2, 2, padding=0.25), SpectralIntegral(2, 3, 1, 2, padding=0.5)):
         with pytest.raises(ValueError, match="other modes or padding"):
             other(x, pos, w, batch, basis=basis)
+    periodic = SpectralIntegral(2, 3, 2, 2, period=1.0)
+    with pytest.raises(ValueError, match="another period"):
+        periodic(x, pos, w, batch, basis=SpectralIntegral(2, 3, 2, 2).basis(pos, w, batch))
+    with pytest.raises(ValueError, match="another period"):
+        SpectralIntegral(2, 3, 2, 2, period=2.0)(x, pos, w, batch, basis=periodic.basis(pos, w, batch))
 
 
 def test_spectral_integral_equals_direct_sum_and_any_output_points():
