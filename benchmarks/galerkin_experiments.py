@@ -26,7 +26,10 @@ training mesh interpolated to them.
 Every score is the mean over the test samples of the weighted relative L2 error. ``--scale gpu``
 is the paper's setting (1024 training and 100 test samples, 100 epochs, width 96 / depth 4 / one
 head for Burgers, width 192 / depth 6 / four heads for the inverse problem; peak learning rate
-1e-3, and 5e-4 for FT on the 2-D problem as in the paper).
+1e-3, and 5e-4 for FT on the 2-D problem as in the paper). The model is the library's default
+Galerkin Transformer (post-LayerNorm blocks, pointwise or cross decoder); ``--block cao`` uses
+Cao's block (eq. 4), ``--norm regular`` the regular-LayerNorm ablation (eq. 7 with ``--block
+cao``), and ``--decoder spectral`` (Burgers only) Cao's spectral-convolution decoder.
 """
 
 from __future__ import annotations
@@ -144,8 +147,10 @@ def node_average_operator(op: NormalizedOperator) -> NormalizedOperator:
     return ablation
 
 
-def run_burgers(scale: BurgersScale, device: torch.device, seed: int = 0, show_progress: bool = False) -> dict:
-    """Train GT and FT at every resolution on the uniform grid; score on every test grid."""
+def run_burgers(scale: BurgersScale, device: torch.device, seed: int = 0, show_progress: bool = False,
+                model_options: dict | None = None) -> dict:
+    """Train GT and FT at every resolution on the uniform grid; score on every test grid
+    (``model_options``: further keywords of the model, e.g. ``block``, ``norm``, ``decoder``)."""
     tic = time.perf_counter()
     train_data = burgers_data(scale.n_train, seed, grid=scale.grid, dt=scale.dt, show_progress=show_progress)
     test_data = burgers_data(scale.n_test, seed, grid=scale.grid, dt=scale.dt, start=scale.n_train,
@@ -165,7 +170,8 @@ def run_burgers(scale: BurgersScale, device: torch.device, seed: int = 0, show_p
             torch.manual_seed(seed)
             # the periodic interval enters as the unit circle (on_circle): periodic coordinates
             model = GalerkinTransformer(1, 1, dim=2, width=scale.width, depth=scale.depth,
-                                        num_heads=scale.num_heads, attention=attention)
+                                        num_heads=scale.num_heads, attention=attention,
+                                        **(model_options or {}))
             op = NormalizedOperator(model).to(device)
             trainer = Trainer(op, epochs=scale.epochs, batch_size=batch, lr=scale.lr, seed=seed,
                               progress=show_progress)
@@ -335,8 +341,10 @@ def inverse_meshes(scale: InverseScale) -> tuple[dict, object]:
     return meshes, families.unit_square(scale.target_n, "irregular", seed=2)
 
 
-def run_inverse(scale: InverseScale, device: torch.device, seed: int = 0, show_progress: bool = False) -> dict:
-    """Train GT and FT for each noise level on the training mesh; score on every input mesh."""
+def run_inverse(scale: InverseScale, device: torch.device, seed: int = 0, show_progress: bool = False,
+                model_options: dict | None = None) -> dict:
+    """Train GT and FT for each noise level on the training mesh; score on every input mesh
+    (``model_options``: further keywords of the model, e.g. ``block``, ``norm``)."""
     meshes, target = inverse_meshes(scale)
     tic = time.perf_counter()
     problem = InverseProblem(meshes, target)
@@ -358,7 +366,8 @@ def run_inverse(scale: InverseScale, device: torch.device, seed: int = 0, show_p
         for short, attention in MODELS.items():
             torch.manual_seed(seed)
             model = GalerkinTransformer(1, 1, dim=2, width=scale.width, depth=scale.depth,
-                                        num_heads=scale.num_heads, attention=attention, decoder="cross")
+                                        num_heads=scale.num_heads, attention=attention, decoder="cross",
+                                        **(model_options or {}))
             op = NormalizedOperator(model).to(device)
             lr = scale.fourier_lr if attention == "fourier" and scale.fourier_lr else scale.lr
             history = fit_cross(op, train, scale.epochs, scale.batch_size, lr, seed,
@@ -459,7 +468,18 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, help="folder for results.json and table.md")
     parser.add_argument("--figure", type=Path, help="write the figure (PNG) here")
     parser.add_argument("--progress", action="store_true", help="progress bars")
+    parser.add_argument("--block", default="postln", choices=("postln", "cao"),
+                        help="encoder block: post-LayerNorm (default) or Cao's eq. 4 / eq. 7")
+    parser.add_argument("--norm", default="attention", choices=("attention", "regular"),
+                        help="LayerNorm inside the attention (default) or the regular-LN ablation")
+    parser.add_argument("--decoder", default="pointwise", choices=("pointwise", "spectral"),
+                        help="burgers only: pointwise (default) or Cao's spectral decoder")
     args = parser.parse_args(argv)
+    if args.experiment == "inverse" and args.decoder != "pointwise":
+        parser.error("--decoder: the inverse experiment answers on another mesh (cross decoder)")
+    options = {"block": args.block, "norm": args.norm}
+    if args.decoder != "pointwise":
+        options["decoder"] = args.decoder
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     log.setLevel(logging.INFO)
     torch.set_num_threads(args.threads)
@@ -470,11 +490,11 @@ def main(argv: list[str] | None = None) -> dict:
     tic = time.perf_counter()
     load_start = os.getloadavg()
     if args.experiment == "burgers":
-        results = run_burgers(scale, device, args.seed, args.progress)
+        results = run_burgers(scale, device, args.seed, args.progress, options)
         table = burgers_markdown(results, scale)
         met = {k: r["ratio"] <= TARGET_RATIO for k, r in results["rows"].items() if "ratio" in r}
     else:
-        results = run_inverse(scale, device, args.seed, args.progress)
+        results = run_inverse(scale, device, args.seed, args.progress, options)
         table = inverse_markdown(results, scale)
         met = {k: r["ratio"] <= TARGET_RATIO for k, r in results["rows"].items()}
     total = time.perf_counter() - tic
@@ -494,7 +514,8 @@ def main(argv: list[str] | None = None) -> dict:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "table.md").write_text(table + "\n" + footer)
         plain = {"experiment": args.experiment, "scale": args.scale, "settings": asdict(scale),
-                 "seed": args.seed, "device": str(device), "machine": machine, "seconds": total,
+                 "seed": args.seed, "model_options": options, "device": str(device), "machine": machine,
+                 "seconds": total,
                  "load_start": load_start, "load_end": load, "rows": results["rows"],
                  "target_met": met, "data_seconds": results["data_seconds"]}
         (args.out / "results.json").write_text(json.dumps(plain, indent=1))

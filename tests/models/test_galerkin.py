@@ -3,6 +3,8 @@ import torch
 
 from geoattn.mesh import families, from_meshio
 from geoattn.models import GalerkinTransformer, build_model
+from geoattn.models.encoder import EncoderBlock
+from geoattn.nn import FourierAttention, SpectralIntegral
 from geoattn.testing import convergence_rate
 
 
@@ -40,3 +42,253 @@ def test_cross_decoder_answers_on_the_query_mesh(attention):
                  pos_query=torch.cat([q, q2]),
                  batch_query=torch.cat([torch.zeros(7, dtype=torch.long), torch.ones(4, dtype=torch.long)]))
     torch.testing.assert_close(both, torch.cat([model(x, pos, w, pos_query=q), model(x2, pos2, w2, pos_query=q2)]))
+
+
+# --- Cao's block as published (eq. 4), its regular-LayerNorm ablation (eq. 7), the post-LN
+# block, and the spectral decoder. The references below are written from the formulas, with
+# explicit matrices and quadrature sums, node by node.
+
+import math
+
+from smooth_inputs import smooth_input
+
+from geoattn import testing
+from geoattn.models.galerkin import CaoBlock, SpectralDecoder
+
+# The references differ from the model only in the order of the float64 sums (loops over nodes
+# and channels instead of batched matmuls). With ~20 nodes, 8 channels and O(1) values that
+# rounding is a few eps (measured: up to 2e-15 on outputs of size 0.4-2); 1e-12 bounds it with
+# a margin, while any misplaced term (a LayerNorm moved, a residual dropped) changes the output
+# by more than 1e-1 here (test_layer_norm_in_the_wrong_place_does_not_match).
+EXACT = dict(atol=1e-12, rtol=1e-12)
+
+
+def _linear(lin, t):
+    return t @ lin.weight.T + lin.bias
+
+
+def _layer_norm(t, weight=None, bias=None, eps=1e-5):
+    """LayerNorm over the last axis from its formula: (t - mean) / sqrt(var + eps) * a + b."""
+    c = t - t.mean(-1, keepdim=True)
+    t = c / torch.sqrt((c * c).mean(-1, keepdim=True) + eps)
+    return t if weight is None else t * weight + bias
+
+
+def _ffn(mlp, t):
+    """The pointwise two-layer network Linear -> GELU -> Linear, GELU(s) = s Phi(s)."""
+    s = _linear(mlp[0], t)
+    return _linear(mlp[2], 0.5 * s * (1 + torch.erf(s / math.sqrt(2))))
+
+
+def _attention(att, h, pos, w, normalized=None):
+    """Cao's eqs. 5-6 with weights in place of 1/n, per head ``e``: Q, K, V = h W + b; LayerNorm
+    per node on the tensors in ``normalized`` (default: the layer's own, K, V for Galerkin and
+    Q, K for Fourier); coordinates in front; Galerkin z_i = q_i (sum_j w_j k_j^T v_j), Fourier
+    z_i = sum_j w_j (q_i . k_j) v_j, as explicit sums over the nodes j."""
+    normalized = att.normalized if normalized is None else normalized
+    d, heads = att.head_channels, []
+    for e in range(att.num_heads):
+        t = {}
+        for name in "qkv":
+            lin = getattr(att, f"to_{name}")
+            x = h @ lin.weight[e * d:(e + 1) * d].T + lin.bias[e * d:(e + 1) * d]
+            if att.layer_norm and name in normalized:
+                i = att.normalized.index(name) if name in att.normalized else 0
+                x = _layer_norm(x, att.norm_weight[i, e], att.norm_bias[i, e], att.eps)
+            t[name] = torch.cat([pos, x], 1) if att.dim else x
+        q, k, v = t["q"], t["k"], t["v"]
+        if isinstance(att, FourierAttention):
+            z = torch.stack([sum(w[j] * (q[i] @ k[j]) * v[j] for j in range(len(w))) for i in range(len(q))])
+        else:
+            gram = sum(w[j] * torch.outer(k[j], v[j]) for j in range(len(w)))
+            z = torch.stack([q[i] @ gram for i in range(len(q))])
+        heads.append(z)
+    return _linear(att.to_out, torch.cat(heads, 1))
+
+
+def eq4(block, h, pos, w, **kw):
+    """Cao's eq. 4: y~ = y + A(y), y -> y~ + g(y~)."""
+    y = h + _attention(block.mixer, h, pos, w, **kw)
+    return y + _ffn(block.ff, y)
+
+
+def eq7(block, h, pos, w):
+    """Cao's eq. 7 as printed: y -> Ln(y + A(y) + g(Ln(y + A(y)))), A without inner LayerNorm."""
+    y = h + _attention(block.mixer, h, pos, w)
+    n1, n2 = block.norm1, block.norm2
+    return _layer_norm(y + _ffn(block.ff, _layer_norm(y, n1.weight, n1.bias)), n2.weight, n2.bias)
+
+
+def postln(block, h, pos, w, norm1=None, norm2=None):
+    """The post-LayerNorm block: g = Ln1(y + A(y)), y -> Ln2(g + F(g))."""
+    n1, n2 = norm1 or block.norm1, norm2 or block.norm2
+    g = _layer_norm(h + _attention(block.mixer, h, pos, w), n1.weight, n1.bias)
+    return _layer_norm(g + _ffn(block.ff, g), n2.weight, n2.bias)
+
+
+REFERENCES = {("cao", "attention"): eq4, ("cao", "regular"): eq7,
+              ("postln", "attention"): postln, ("postln", "regular"): postln}
+
+
+def _perturbed(model, scale=0.3, seed=0):
+    """Move every parameter off its initial value (LayerNorm affine maps, the small diagonal
+    initialisation of the attention) so a test sees each of them."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return model
+
+
+def _small(seed=0, **kw):
+    torch.manual_seed(seed)
+    kw = {"width": 8, "depth": 2, "num_heads": 2, **kw}
+    return _perturbed(GalerkinTransformer(2, 1, **kw).double())
+
+
+def _graphs(sizes=(13, 9), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    n = sum(sizes)
+    pos = torch.rand(n, 2, generator=g, dtype=torch.float64)
+    w = torch.rand(n, generator=g, dtype=torch.float64) / n
+    w[4] = 0.0  # a padding node inside the first graph
+    batch = torch.cat([torch.full((s,), i) for i, s in enumerate(sizes)])
+    return smooth_input(pos), pos, w, batch
+
+
+@pytest.mark.parametrize("attention", ["galerkin", "fourier"])
+@pytest.mark.parametrize("block,norm", list(REFERENCES))
+def test_blocks_match_the_papers_equations(attention, block, norm):
+    """Each block of the model, and the whole model graph by graph, equal the reference of its
+    equation (eq. 4, eq. 7, or the post-LN block) from explicit sums, with gradients."""
+    model = _small(attention=attention, block=block, norm=norm)
+    assert isinstance(model.blocks[0], CaoBlock if block == "cao" else EncoderBlock)
+    assert model.blocks[0].mixer.layer_norm == (norm == "attention")
+    assert model.hparams["block"] == block and model.hparams["norm"] == norm
+    x, pos, w, batch = _graphs()
+    x.requires_grad_(True)
+    out = model(x, pos, w, batch)
+    ref = []
+    for g in range(2):
+        i = batch == g
+        h = model.lift(model.inputs(x[i], pos[i]))
+        for blk in model.blocks:
+            h = REFERENCES[block, norm](blk, h, pos[i], w[i])
+        ref.append(model.project(h))
+    params = [x] + [p for blk in model.blocks for p in blk.parameters() if p.numel()]
+    testing.assert_matches_reference(out, torch.cat(ref), params, **EXACT)
+
+
+@pytest.mark.parametrize("attention", ["galerkin", "fourier"])
+def test_layer_norm_in_the_wrong_place_does_not_match(attention):
+    """The references are sharp: Cao's block differs from each misplaced LayerNorm (outside the
+    attention as post-LN, inside on the other pair of tensors, or none), and the post-LN block
+    with the same attention differs from eq. 4."""
+    x, pos, w, _ = _graphs((15,))
+    cao = _small(attention=attention, block="cao", depth=1)
+    post = _small(attention=attention, block="postln", depth=1)
+    post.blocks[0].mixer.load_state_dict(cao.blocks[0].mixer.state_dict())
+    post.blocks[0].ff.load_state_dict(cao.blocks[0].ff.state_dict())
+    with torch.no_grad():
+        h = cao.lift(cao.inputs(x, pos))
+        right = eq4(cao.blocks[0], h, pos, w)
+        torch.testing.assert_close(cao.blocks[0](h, pos, w), right, **EXACT)
+        other = ("q", "v") if attention == "galerkin" else ("k", "v")
+        wrong = {
+            "post-LN outside": postln(post.blocks[0], h, pos, w),
+            "LN on the other pair": eq4(cao.blocks[0], h, pos, w, normalized=other),
+            "no LN": eq4(cao.blocks[0], h, pos, w, normalized=()),
+            "post-LN model block": post.blocks[0](h, pos, w),
+        }
+        for what, value in wrong.items():
+            gap = float((value - right).abs().max())
+            assert gap > 1e-2, (what, gap)
+
+
+def test_default_block_is_todays_and_old_checkpoints_rebuild_it():
+    """Without the new arguments (a checkpoint written before them) the model is the post-LN
+    block with attention-internal LayerNorm, with the same state-dict keys."""
+    model = build_model("galerkin", in_channels=1, out_channels=1, width=8, depth=1, num_heads=2)
+    assert (model.hparams["block"], model.hparams["norm"], model.hparams["decoder"]) == (
+        "postln", "attention", "pointwise")
+    old_kwargs = {k: v for k, v in model.hparams.items() if k not in ("block", "norm", "spectral")}
+    again = build_model("galerkin", **old_kwargs)
+    again.load_state_dict(model.state_dict())  # strict: the same modules
+    assert isinstance(again.blocks[0], EncoderBlock) and again.blocks[0].mixer.layer_norm
+    cao = GalerkinTransformer(1, 1, width=8, depth=1, num_heads=2, block="cao")
+    assert not any("norm1" in k for k in cao.state_dict())
+    with pytest.raises(ValueError, match="block must be one of"):
+        GalerkinTransformer(1, 1, block="preln")
+    with pytest.raises(ValueError, match="norm must be one of"):
+        GalerkinTransformer(1, 1, norm="instance")
+    with pytest.raises(ValueError, match="spectral= configures"):
+        GalerkinTransformer(1, 1, spectral={"modes": 2})
+
+
+VARIANTS = {
+    "cao": {"block": "cao"},
+    "cao_regular": {"block": "cao", "norm": "regular"},
+    "postln_regular": {"norm": "regular"},
+    "cao_fourier": {"block": "cao", "attention": "fourier"},
+    "cao_spectral": {"block": "cao", "decoder": "spectral", "spectral": {"width": 6, "modes": 2}},
+    "fourier_regular_spectral": {"block": "cao", "norm": "regular", "attention": "fourier",
+                                 "decoder": "spectral", "spectral": {"width": 6, "modes": 2}},
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_variants_pass_the_property_checks(variant):
+    model = _small(**VARIANTS[variant]).eval()
+    x, pos, w, batch = _graphs()
+    with torch.no_grad():
+        testing.assert_permutation_equivariant(model, x, pos, w, batch)
+        testing.assert_padding_invariant(model, x, pos, w, batch)
+        i = batch == 0
+        testing.assert_duplication_invariant(model, x[i], pos[i], w[i], index=2)
+        testing.assert_batch_independent(model, [(x[batch == g], pos[batch == g], w[batch == g])
+                                                 for g in range(2)])
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_variants_converge_under_refinement_and_rebuild_from_hparams(variant, two_meshes):
+    model = _small(**VARIANTS[variant]).eval()
+    testing.assert_model_converges(model, smooth_input, families.unit_square(4, "graded"))
+    testing.assert_batched_equals_separate(model, two_meshes)
+
+
+def test_spectral_decoder_is_fno_layers_of_the_spectral_integral():
+    """decoder="spectral": z <- SiLU(W z + K z) twice with the quadrature spectral integral on
+    the nodes (one shared Fourier basis changes nothing), then Linear -> SiLU -> Linear."""
+    model = _small(block="cao", decoder="spectral", spectral={"width": 6, "modes": 3, "padding": 0.5})
+    dec = model.spectral_decoder
+    assert len(dec.spectral) == 2 and dec.spectral[0].modes == 3 and dec.spectral[0].padding == 0.5
+    x, pos, w, batch = _graphs()
+    with torch.no_grad():
+        h = model.encode(x, pos, w, batch)
+        z = h
+        for k in range(2):
+            z = torch.nn.functional.silu(_linear(dec.linears[k], z) + dec.spectral[k](z, pos, w, batch))
+        lin1, lin2 = model.project[0], model.project[2]
+        s = _linear(lin1, z)
+        expected = _linear(lin2, s / (1 + torch.exp(-s)))
+        torch.testing.assert_close(model(x, pos, w, batch), expected, **EXACT)
+    with pytest.raises(ValueError, match="answers on its input mesh"):
+        model(x, pos, w, batch, pos_query=pos)
+    with pytest.raises(ValueError, match="depth >= 1"):
+        SpectralDecoder(8, 2, depth=0)
+
+
+@pytest.mark.skipif("period" not in __import__("inspect").signature(SpectralIntegral).parameters,
+                    reason="SpectralIntegral has no period= yet")
+def test_spectral_decoder_passes_the_period_on():
+    """On a declared periodic domain (Cao's Burgers problem) the decoder's layers take the period
+    and no padding, so the decoder commutes with a rotation of the periodic grid."""
+    model = _small(dim=1, decoder="spectral", spectral={"width": 6, "modes": 3, "period": 1.0})
+    decoder = model.spectral_decoder
+    assert all(s.period == (1.0,) and s.padding == 0.0 for s in decoder.spectral)
+    pos = torch.arange(16, dtype=torch.float64)[:, None] / 16
+    w = torch.full((16,), 1 / 16, dtype=torch.float64)
+    h = torch.randn(16, 8, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(decoder(h.roll(3, 0), pos, w), decoder(h, pos, w).roll(3, 0),
+                                   atol=1e-12, rtol=1e-12)

@@ -225,3 +225,25 @@ def test_repr_and_errors():
         layer(x, None, w, batch, batch_query=batch)
     with pytest.raises(ValueError, match="pass both batch and batch_query"):
         layer(x, None, w, batch, x_query=x)
+
+
+@pytest.mark.parametrize("kind", LAYERS)
+def test_layer_norm_sits_after_the_projections_on_the_papers_pair(kind):
+    """Cao's normalisation is post-projection and pre-product, per head: on K, V (Galerkin) or
+    Q, K (Fourier). So (with eps = 0 and zero biases) rescaling the projection of a normalised
+    tensor changes nothing, and rescaling the other one rescales the output: Galerkin is
+    linear in W_Q, Fourier in W_V."""
+    layer = _randomise(LAYERS[kind](DIM, HEADS, eps=0.0).double())
+    with torch.no_grad():
+        for lin in (layer.to_q, layer.to_k, layer.to_v, layer.to_out):
+            lin.bias.zero_()
+    x, w = torch.randn(11, DIM, dtype=torch.float64), torch.rand(11, dtype=torch.float64)
+    out = layer(x, None, w)
+    free = ({"q", "k", "v"} - set(layer.normalized)).pop()
+    for name in "qkv":
+        with torch.no_grad():
+            getattr(layer, f"to_{name}").weight.mul_(3.0)
+        expected = 3.0 * out if name == free else out
+        torch.testing.assert_close(layer(x, None, w), expected, atol=1e-12, rtol=1e-12)
+        with torch.no_grad():
+            getattr(layer, f"to_{name}").weight.div_(3.0)
