@@ -50,7 +50,7 @@ def _caller() -> str | None:
     return "?"
 
 
-def _record(kind: str, closeness: float, where: str | None = None) -> None:
+def _record(kind: str, closeness: float, where: str | None = None, **extra) -> None:
     if _out is None or not math.isfinite(closeness):
         return
     where = where or _caller()
@@ -60,7 +60,7 @@ def _record(kind: str, closeness: float, where: str | None = None) -> None:
     file, _, line = where.rpartition(":")
     code = linecache.getline(str(TESTS / file), int(line)).strip() if line.isdigit() else ""
     _out.write(json.dumps({"test": test, "where": where, "code": code, "kind": kind,
-                           "closeness": closeness}) + "\n")
+                           "closeness": closeness, **extra}) + "\n")
 
 
 def _ratio(actual, expected, rtol: float, atol: float) -> float | None:
@@ -198,7 +198,7 @@ _WINDOW = re.compile(rf"^\s*({_NUMBER})\s*<=?\s*[^<>]+?\s*<=?\s*({_NUMBER})\s*$"
 def window_closeness(orig: str, expl: str) -> float | None:
     """Closeness of a passing ``assert lo < x < hi``: the distance of ``x`` from the window's
     centre over its half-width (pytest explains only the last comparison, ``x < hi``)."""
-    window = _WINDOW.match(orig)
+    window = _WINDOW.match(orig.split("#")[0])  # (Python 3.13 keeps a trailing comment in orig)
     first = expl.splitlines()[0] if expl else ""
     left, sep, _ = first.partition(" <")
     x = _number(left) if sep else None
@@ -208,14 +208,29 @@ def window_closeness(orig: str, expl: str) -> float | None:
     return abs(x - (lo + hi) / 2) / ((hi - lo) / 2) if hi > lo else None
 
 
+_INTEGER = re.compile(r"^[-+]?\d+$")
+
+
+def _not_a_tolerance(orig: str, expl: str) -> bool:
+    """Counts (integers on both sides) and clock deadlines are exact checks, not tolerances."""
+    if "monotonic()" in orig or "time.time()" in orig or "perf_counter()" in orig:
+        return True
+    first = expl.splitlines()[0] if expl else ""
+    sides = re.split(r" (?:<=|>=|<|>|==) ", first)
+    return len(sides) == 2 and all(_INTEGER.match(side.strip()) for side in sides)
+
+
 def record_assertion(item, lineno: int, orig: str, expl: str) -> None:
+    if _not_a_tolerance(orig, expl):
+        return
     closeness = window_closeness(orig, expl)
+    kind = "window" if closeness is not None else "assert"
     if closeness is None:
         closeness = assertion_closeness(expl)
     if closeness is not None:
         path = pathlib.Path(str(item.path))
         where = f"{path.relative_to(TESTS)}:{lineno}" if TESTS in path.parents else f"{path}:{lineno}"
-        _record("assert", closeness, where)
+        _record(kind, closeness, where)
 
 
 def worst(directory: str) -> dict[tuple[str, str], dict]:

@@ -188,7 +188,8 @@ def test_trapezoid_weights_exact_for_affine_and_second_order():
     for dt in (0.01, 0.0025):
         t = nonuniform_grid(dt)
         avg = node_average_weights(time_weights(t, torch.float64)).numpy()
-        assert abs(avg @ step(t) - 4 / 3) < 0.01
+        # the jump at t = 1 falls in one cell: an O(dt) error, at most dt (2x margin on ~0.9 dt)
+        assert abs(avg @ step(t) - 4 / 3) < 2 * dt
 
 
 def test_initial_condition_lift_is_separate_when_the_first_lift_layer_is_linear():

@@ -81,9 +81,12 @@ def test_converges_under_refinement_at_fixed_radius(kind):
             outs.append(layer(v, pos, w, edge_index=radius(pos, probe, 0.3), f=_a(pos),
                               pos_query=probe, f_query=_a(probe)))
     errors = [(o - outs[-1]).norm().item() / outs[-1].norm().item() for o in outs[:-1]]
-    rate = convergence_rate([s[3] for s in samples[:-1]], errors)
+    hs = [s[3] for s in samples[:-1]]
+    rate = convergence_rate(hs, errors)
     assert rate > 1.2, (rate, errors)
-    assert errors[-1] < 1e-2
+    # and the finest difference is what that order gives from the coarsest, with a factor 2 to
+    # spare (measured orders 1.4-1.6 leave it at a third to a quarter of the bound)
+    assert errors[-1] < 2 * errors[0] * (hs[-1] / hs[0]) ** 1.2, errors
     if kind == "graded":
         v, pos, w, _ = samples[-1]
         uniform = torch.full_like(w, 1.0 / len(w))
