@@ -134,13 +134,25 @@ def test_local_needs_a_radius():
 def test_local_trained_model_keeps_its_error_on_refined_and_graded_meshes(darcy_transfer):
     """Regression, as for the plain model, with a ball of 2.5 training-mesh cells, computed on
     every mesh refined to the training mesh's longest edge (ResolvedQuadrature): the ball must be
-    resolved on every mesh, and the graded mesh's coarse corner does not resolve it (its ratio
-    is 1.33 without the refinement)."""
-    torch.manual_seed(0)
+    resolved on every mesh, and the graded mesh's coarse corner does not resolve it.
+
+    A briefly trained model's transfer ratio moves with its training path (the seed, and the
+    floating-point path of another BLAS or numpy: 1.05-1.19 on the graded mesh over three seeds
+    and two setups), so the promise is checked on the mean over three trainings, whose excess
+    over 1 sits at about half the 25 % allowed; and the refinement's effect is checked paired,
+    on the same weights, where it lowers the graded ratio by 0.10-0.14 in every training."""
     size = training_size(families.unit_square(12, "irregular", seed=1))  # the fixture's training mesh
-    model = MeshFNO(1, 1, width=16, depth=3, modes=3, local={"radius": 2.5 / 12})
-    # no meshes given: the trainer registers the training mesh, the report the test meshes
-    report = darcy_transfer(ResolvedQuadrature(model, [], size))
-    assert report.mean("model", "train") < 0.15, report.table()
+    ratios = {"model": {"refined": [], "graded": []}, "inner": {"refined": [], "graded": []}}
+    for seed in range(3):
+        torch.manual_seed(seed)
+        model = MeshFNO(1, 1, width=16, depth=3, modes=3, local={"radius": 2.5 / 12})
+        # no meshes given: the trainer registers the training mesh, the report the test meshes
+        report = darcy_transfer(ResolvedQuadrature(model, [], size), inner=model)
+        assert report.mean("model", "train") < 0.15, report.table()
+        for name, by_mesh in ratios.items():
+            for mesh, values in by_mesh.items():
+                values.append(report.ratio(name, mesh))
+        # the same weights without the refinement: the unresolved ball costs the graded mesh
+        assert ratios["model"]["graded"][-1] < ratios["inner"]["graded"][-1] - 0.05, report.table()
     for mesh in ("refined", "graded"):
-        assert report.ratio("model", mesh) < 1.25, report.table()
+        assert sum(ratios["model"][mesh]) / 3 < 1.25, ratios
