@@ -4,7 +4,10 @@ left byte-for-byte as it was."""
 import re
 from pathlib import Path
 
+import torch
+
 from geoattn.cli.main import main
+from geoattn.data.dataset import DarcyDataset
 
 
 def snapshot(folder: Path) -> dict:
@@ -27,3 +30,12 @@ def refused(args: list[str], capsys, match: str, error: type | None = None) -> s
         assert "Traceback" in verbose and raised and raised[-1].rsplit(".", 1)[-1] == error.__name__, verbose
         assert verbose.splitlines()[-1] == err.strip()
     return err
+
+
+def assert_same_samples(a: Path, b: Path) -> None:
+    """Two dataset files hold the same samples, bit for bit."""
+    da, db = DarcyDataset(a, dtype=torch.float64), DarcyDataset(b, dtype=torch.float64)
+    assert len(da) == len(db)
+    for i in range(len(da)):
+        for key in ("x", "y", "pos", "weight", "cells"):
+            assert torch.equal(da[i][key], db[i][key]), (i, key)

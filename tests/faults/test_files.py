@@ -29,7 +29,7 @@ from geoattn.errors import CheckpointError, DatasetFileError
 from geoattn.train import load_ensemble, load_operator, save_checkpoint
 from geoattn.train.checkpoint import VERSION, load_checkpoint
 
-from .helpers import refused, snapshot
+from .helpers import assert_same_samples, refused, snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 MESH = ROOT / "meshes" / "square_irregular.vtu"
@@ -234,14 +234,6 @@ def reference(tmp_path_factory):
     return out
 
 
-def _same_samples(a: Path, b: Path) -> None:
-    da, db = DarcyDataset(a, dtype=torch.float64), DarcyDataset(b, dtype=torch.float64)
-    assert len(da) == len(db)
-    for i in range(len(da)):
-        for key in ("x", "y", "pos", "weight", "cells"):
-            assert torch.equal(da[i][key], db[i][key])
-
-
 @pytest.mark.parametrize("when, fail_at", [("creating", None), ("first sample", 0), ("third sample", 2)])
 def test_a_full_disk_stops_generate_cleanly_and_it_resumes(reference, tmp_path, monkeypatch, capsys, when, fail_at):
     """The disk fills while the file is created, or before sample ``fail_at`` is written: one
@@ -285,7 +277,7 @@ def test_a_full_disk_stops_generate_cleanly_and_it_resumes(reference, tmp_path, 
     else:  # nothing to keep: no file (nor its partial or lock file) is left behind
         assert list(tmp_path.iterdir()) == []
     assert main(generate(out, 6)) == 0
-    _same_samples(out, reference)
+    assert_same_samples(out, reference)
 
 
 FILL_AFTER_CREATE = """

@@ -17,7 +17,6 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-import torch
 
 from geoattn.cli.main import main
 from geoattn.data import generate as gen
@@ -31,7 +30,7 @@ from geoattn.errors import (
     WeightError,
 )
 
-from .helpers import refused, snapshot
+from .helpers import assert_same_samples, refused, snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 MESH = ROOT / "meshes" / "square_irregular.vtu"
@@ -349,14 +348,6 @@ def reference(tmp_path_factory):
     out = tmp_path_factory.mktemp("reference") / "full.h5"
     assert main(argv(out, n="40")) == 0
     return out
-
-
-def assert_same_samples(a: Path, b: Path) -> None:
-    da, db = DarcyDataset(a, dtype=torch.float64), DarcyDataset(b, dtype=torch.float64)
-    assert len(da) == len(db)
-    for i in range(len(da)):
-        for key in ("x", "y", "pos", "weight", "cells"):
-            torch.testing.assert_close(da[i][key], db[i][key], rtol=0, atol=0)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from .test_generate import assert_same_samples
+from .helpers import assert_same_samples
 from .test_signals import (  # noqa: F401 - dataset is a fixture
     assert_stopped,
     command,
