@@ -107,7 +107,7 @@ def test_predict_meshio_prediction_matches_direct_call(example, tmp_path):
     module.tiny_operator = lambda: operator
     result = module.main(output=str(tmp_path / "p.vtu"))
     pred = result.point_data["prediction"]
-    assert pred.shape == (len(result.points), 1) and np.isfinite(pred).all()
+    assert pred.shape == (len(result.points),) and np.isfinite(pred).all()
     d = from_meshio(meshio.read(tmp_path / "p.vtu"), x="a", y="prediction")
     with torch.no_grad():
         assert torch.allclose(operator(d.x, d.pos, d.weight), d.y, rtol=1e-5, atol=1e-6)

@@ -107,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"training the TNO with {'node-average' if unweighted else 'quadrature'} weights "
               f"({sum(p.numel() for p in model.parameters())} parameters, {recipe.epochs} epochs)")
         history = Trainer(op, out / label, epochs=recipe.epochs, batch_size=recipe.batch_size,
-                          lr=recipe.lr, seed=args.seed, progress=not args.no_progress).fit(train)
+                          lr=recipe.lr, seed=args.seed, progress=not args.no_progress,
+                          overwrite=True).fit(train)  # the report is redone on every run
         print(f"  final training error {history[-1]['train']:.4f}")
         operators[label] = op.eval()
 

@@ -1,11 +1,17 @@
-"""``geoattn evaluate``: score a checkpoint on every mesh of a dataset file (cross-mesh report)."""
+"""``geoattn evaluate``: score a checkpoint on every mesh of a dataset file (cross-mesh report), or
+on every named test set of a dataset file from ``geoattn import`` (one row per set).
+
+A cross-mesh report compares the same samples on several meshes: meshes holding different
+numbers of samples are refused. The test sets of an imported dataset hold different samples, so
+they are reported side by side, without ratios.
+"""
 
 from __future__ import annotations
 
 import argparse
 
 from ..errors import ConfigError
-from ..eval import cross_mesh_report, plot_errors
+from ..eval import cross_mesh_report, plot_errors, split_report
 from ..optional import require
 from ..train import load_trained
 from ..train.checkpoint import atomic_path, check_writable
@@ -17,7 +23,10 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="checkpoint written by `geoattn train` (best.pt / last.pt), or a folder of "
                         "ensemble members member0/, member1/, ... (each from `geoattn train --seed K --out "
                         "FOLDER/memberK`), scored as their mean")
-    parser.add_argument("data", nargs="+", help="dataset file(s) with the same samples on several meshes")
+    parser.add_argument("data", nargs="+", help="dataset file(s) with the same samples on several meshes, or "
+                        "one dataset file from `geoattn import`")
+    parser.add_argument("--sets", help="comma-separated sets of a `geoattn import` file to score (default: its "
+                        "test sets; train and val may be named)")
     parser.add_argument("--meshes", help="comma-separated mesh names to score, the reference first "
                         "(default: all; the reference is a mesh named *train*, else the first)")
     parser.add_argument("--first", type=int, help="score only the first N samples, N >= 1 (default: all)")
@@ -36,13 +45,54 @@ def _mesh_names(text: str | None) -> list[str] | None:
     return names
 
 
+def _score_sets(args: argparse.Namespace, op, first: int | None, skip: int, out) -> int:
+    """The report of the named sets of one version-2 dataset file."""
+    from ..data.meshdataset import MeshDataset
+    from .train import read_fields
+
+    if len(args.data) != 1 or args.meshes is not None:
+        raise ConfigError(f"{args.data[0]} is a dataset from `geoattn import`: give it alone, and pick its "
+                          "sets with --sets, not --meshes")
+    path = args.data[0]
+    full = MeshDataset(path, params_as_channels=True)
+    stored = read_fields(args.checkpoint)
+    given = {"x": full.x_names, "y": full.y_names, "params": full.param_names}
+    if stored is not None and stored != given:
+        raise ConfigError(f"{args.checkpoint} was trained on fields {stored}, but {path} holds {given}")
+    names = _mesh_names(args.sets) if args.sets is not None else full.test_sets
+    if not names:
+        raise ConfigError(f"{path} has no test set; score its validation samples with --sets val")
+    unknown = [n for n in names if n not in full.splits]
+    if unknown:
+        raise ConfigError(f"{path} has no set {unknown[0]!r}; it holds {list(full.splits)}")
+    sets = {}
+    for name in names:
+        ds = MeshDataset(path, name, params_as_channels=True)
+        if skip >= len(ds):
+            raise ConfigError(f"--skip {skip} leaves no samples: set {name!r} of {path} has {len(ds)}")
+        stop = len(ds) if first is None else min(len(ds), skip + first)
+        sets[name] = [ds[i] for i in range(skip, stop)]
+    report = split_report({"model": op}, sets)
+    print(report.table())
+    if out is not None:
+        with atomic_path(out / "sets.csv") as tmp:
+            report.write_csv(tmp)
+        print(f"wrote {out / 'sets.csv'}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from ..data.dataset import DarcyDataset, open_dataset_file
+    from ..data.meshdataset import MESH_FORMAT_VERSION, dataset_version
 
     first = None if args.first is None else check_setting("--first", args.first, int, 1)
     skip = check_setting("--skip", args.skip, int, 0)
     wanted = _mesh_names(args.meshes)
     out = None if args.out is None else check_writable(args.out, folder=True)
+    imported = dataset_version(args.data[0]) == MESH_FORMAT_VERSION
+    if imported or args.sets is not None:
+        op = load_trained(args.checkpoint, resolve_device(args.device))
+        return _score_sets(args, op, first, skip, out)
     if out is not None:
         require("matplotlib", "plot", "the errors.png of --out")  # fail now, not after scoring
     op = load_trained(args.checkpoint, resolve_device(args.device))

@@ -30,13 +30,14 @@ import traceback
 from .. import __version__
 from ..errors import ConfigError, GeoattnError
 from ..optional import MissingDependencyError
-from . import demo, evaluate, generate, info, predict, train
+from . import demo, evaluate, generate, importer, info, predict, train
 from .entry import name_command, report
 
 COMMANDS = {
     "demo": (demo, "run the main demonstration"),
     "info": (info, "read, validate and summarise a mesh file"),
     "generate": (generate, "generate a multi-mesh Darcy dataset file (resumable)"),
+    "import": (importer, "build a dataset file from your own simulation mesh files (resumable)"),
     "train": (train, "train a neural operator on a dataset file (resumable)"),
     "evaluate": (evaluate, "score a checkpoint on every mesh of a dataset file"),
     "predict": (predict, "run a checkpoint on a mesh file and write the prediction"),

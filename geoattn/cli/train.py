@@ -1,5 +1,12 @@
 """``geoattn train``: fit a model to one mesh of a dataset file; checkpoints and metrics to a folder.
 
+A dataset file from ``geoattn import`` (format version 2: per-sample meshes, named fields,
+global parameters) trains on its ``train`` split and validates on its ``val`` split (or, when
+that is empty, on the last ``--val-fraction`` of the training samples); the model's
+``in_channels`` are its input fields plus its global parameters, appended as constant channels,
+and ``out_channels`` its target fields. The names go to ``OUT/fields.json``, where ``geoattn
+evaluate`` and ``predict`` read them.
+
 Model and training settings come from flags or a TOML file (flags win)::
 
     [model]
@@ -49,6 +56,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import inspect
+import json
 import math
 import os
 import sys
@@ -66,8 +74,8 @@ from ..models.base import RENAMED_ARGUMENTS
 from ..optional import require
 from ..mesh.io import to_meshio
 from ..train import NormalizedOperator, ResolvedQuadrature, Trainer, init_distributed, load_checkpoint, training_size
-from ..train.checkpoint import check_writable
-from ..train.trainer import PRECISIONS, check_precision, resolve_device
+from ..train.checkpoint import atomic_path, check_writable
+from ..train.trainer import PRECISIONS, check_precision, check_run_folder, resolve_device
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -79,6 +87,8 @@ MODEL_FLAGS = ("width", "depth", "num_heads")
 #: constructor arguments that come from the dataset, never from the settings
 DATA_ARGUMENTS = ("in_channels", "out_channels", "dim")
 SEEDS = 2**32
+#: the file beside the checkpoints that names the fields of a version-2 dataset
+FIELDS = "fields.json"
 #: said after ``geoattn train: interrupted by SIGINT`` (:func:`geoattn.cli.main.main`)
 INTERRUPTED = "; run the same command with --resume to continue from the last completed epoch"
 #: type and range of each training setting: (type, lowest, highest, lowest excluded)
@@ -89,7 +99,7 @@ TRAIN_RANGES = {"epochs": (int, 1, None, False), "batch_size": (int, 1, None, Fa
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("data", help="dataset file (from `geoattn generate`)")
+    parser.add_argument("data", help="dataset file (from `geoattn generate` or `geoattn import`)")
     parser.add_argument("--mesh", help="mesh of the dataset to train on (default: its only/first mesh)")
     parser.add_argument("--out", default="geoattn-run", help="output folder (default: %(default)s)")
     parser.add_argument("--config", help="TOML file with [model] and [train] tables")
@@ -247,6 +257,7 @@ def _resumed(last: Path, name: str, model_kw: dict, args: argparse.Namespace) ->
 
 def run(args: argparse.Namespace) -> int:
     from ..data.dataset import DarcyDataset
+    from ..data.meshdataset import MESH_FORMAT_VERSION, dataset_version
 
     name, model_kw, train_kw = settings(args)
     supersample = model_kw.pop("supersample", None)
@@ -261,24 +272,23 @@ def run(args: argparse.Namespace) -> int:
                           f"the largest is {SEEDS - 1}")
     out = check_writable(args.out, folder=True)
     folders = [out] if members == 1 else [out / f"member{k}" for k in range(members)]
-    if args.resume and args.overwrite:
-        raise ConfigError("give --resume or --overwrite, not both")
     device = train_kw["device"] = resolve_device(train_kw.get("device", "auto"))
     check_precision(train_kw.get("precision", "fp32"), device)
     if args.tensorboard:
         require("tensorboard", "tensorboard", "--tensorboard")  # fail now, not after reading the data
     with _locked(out, folders):  # a second `geoattn train` into OUT is refused, naming this process
-        held = [f for f in folders if (f / "last.pt").exists()]
-        if held and not (args.resume or args.overwrite):
-            where = out if members == 1 else f"{out} (in {', '.join(f.name for f in held)})"
-            raise ConfigError(f"{where} holds a run (last.pt); give --resume to continue it, --overwrite "
-                              "to replace it, or another --out")
+        check_run_folder(folders, resume=args.resume, overwrite=args.overwrite,
+                         names=("--resume", "--overwrite", "another --out"))
         init_distributed(device)  # no-op unless launched by torchrun; NCCL only for a CUDA device
-        dataset = DarcyDataset(args.data, mesh=args.mesh)  # read lazily: a sample at a time
-        if len(dataset) == 0:
-            raise DatasetFileError(f"{args.data} holds no samples to train on")
-        n_val = math.floor(len(dataset) * val_fraction)
-        train, val = dataset[:len(dataset) - n_val], dataset[len(dataset) - n_val:]
+        if dataset_version(args.data) == MESH_FORMAT_VERSION:
+            dataset, train, val = _split_data(args, supersample, val_fraction)
+        else:
+            dataset = DarcyDataset(args.data, mesh=args.mesh)  # read lazily: a sample at a time
+            if len(dataset) == 0:
+                raise DatasetFileError(f"{args.data} holds no samples to train on")
+            n_val = math.floor(len(dataset) * val_fraction)
+            train, val = dataset[:len(dataset) - n_val], dataset[len(dataset) - n_val:]
+        _write_fields(out, dataset)
         group = _symmetries(args, dataset[0])
         if group is not None:
             train = augment(train, group)  # checked against the training mesh now
@@ -289,6 +299,55 @@ def run(args: argparse.Namespace) -> int:
         print(f"an ensemble of {members} members (seeds {seed}..{seed + members - 1}) in {out}/: "
               f"geoattn evaluate {out} DATA scores their mean")
     return 0
+
+
+def _split_data(args: argparse.Namespace, supersample: float | None, val_fraction: float):
+    """The ``train`` split of a version-2 file and its ``val`` split (or, when it has none, the
+    last ``val_fraction`` of the training samples), global parameters appended to ``x`` as
+    constant channels."""
+    from ..data.meshdataset import MeshDataset
+
+    if args.mesh is not None:
+        raise ConfigError(f"--mesh picks a mesh of a `geoattn generate` file; {args.data} is a dataset of "
+                          "several meshes that trains on its train split: drop --mesh")
+    if supersample not in (None, 1.0) or args.symmetries is not None:
+        raise ConfigError(f"--supersample and --symmetries need samples on one training mesh; {args.data} "
+                          "is a dataset of several meshes (from `geoattn import`): drop them")
+    train = MeshDataset(args.data, "train", params_as_channels=True)
+    if len(train) == 0:
+        raise DatasetFileError(f"{args.data} holds no samples to train on")
+    if train.splits.get("val"):
+        return train, train, MeshDataset(args.data, "val", params_as_channels=True)
+    n_val = math.floor(len(train) * val_fraction)
+    return train, train[:len(train) - n_val], train[len(train) - n_val:]
+
+
+def _write_fields(out: Path, dataset) -> None:
+    """``OUT/fields.json``: the input, target and parameter names of a version-2 dataset, which
+    ``geoattn predict`` reads back; removed for a dataset without names."""
+    path = out / FIELDS
+    names = getattr(dataset, "x_names", None)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    if names is None:
+        path.unlink(missing_ok=True)
+        return
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps({"x": names, "y": dataset.y_names, "params": dataset.param_names}))
+
+
+def read_fields(checkpoint: str | Path) -> dict | None:
+    """The names :func:`_write_fields` stored beside ``checkpoint`` (a file, or a folder of
+    ensemble members), or ``None``."""
+    checkpoint = Path(checkpoint)
+    folder = checkpoint if checkpoint.is_dir() else checkpoint.parent
+    for where in (folder, folder.parent):
+        if (where / FIELDS).is_file():
+            try:
+                return json.loads((where / FIELDS).read_text())
+            except (OSError, ValueError) as err:
+                raise ConfigError(f"cannot read {where / FIELDS}: {err}") from err
+    return None
 
 
 def _locked(out: Path, folders: list[Path]) -> contextlib.ExitStack:
@@ -328,13 +387,15 @@ def _train_one(args: argparse.Namespace, dataset, train, val, group, name: str, 
             model.register(train[:len(group)])  # the images of the training mesh
     op = NormalizedOperator(model, unweighted=args.unweighted)
     trainer = Trainer(op, out, progress=not args.no_progress, tensorboard=args.tensorboard,
-                      workers=args.workers, **train_kw)
+                      workers=args.workers, overwrite=args.overwrite, **train_kw)
     if state is not None:
         _check_resumable(state, last, op, trainer.epochs * math.ceil(len(train) / trainer.batch_size))
     history = trainer.fit(train, val or None, resume=args.resume)
     last_row = history[-1]
     images = "" if group is None else f" ({len(train) // len(group)} samples x {len(group)} symmetries)"
-    print(f"trained {name} on {len(train)} samples{images} of mesh {dataset.mesh!r}: "
+    where = (f"split 'train' of {dataset.path.name}" if hasattr(dataset, "x_names")
+             else f"mesh {dataset.mesh!r}")
+    print(f"trained {name} on {len(train)} samples{images} of {where}: "
           f"train {last_row['train']:.4f}, validation {last_row['val']:.4f}; checkpoints in {out}/")
 
 

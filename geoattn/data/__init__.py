@@ -20,6 +20,7 @@ from .darcy import (DarcyProblem, Lognormal, PiecewiseConstant, darcy_samples, s
                     solve_darcy_many)
 from .dataset import DarcyDataset
 from .generate import generate_darcy
+from .meshdataset import MeshDataset, dataset_version, write_mesh_dataset
 from .inverse import InverseProblem, add_noise, hat_average, node_variance
 from .navier_stokes import (KolmogorovSolver, PeriodicGaussianField, PeriodicSample, grid_values,
                             kolmogorov_pairs, pair_samples, periodic_voronoi_weights,
@@ -41,6 +42,7 @@ __all__ = [
     "KolmogorovSolver",
     "Lognormal",
     "Lorenz63",
+    "MeshDataset",
     "PRESETS",
     "PeriodicGaussianField",
     "PeriodicGaussianRandomField",
@@ -56,6 +58,7 @@ __all__ = [
     "calvello_field",
     "cole_hopf",
     "darcy_samples",
+    "dataset_version",
     "generate_darcy",
     "grid_values",
     "hat_average",
@@ -79,4 +82,5 @@ __all__ = [
     "torus_grid",
     "uniform_grid",
     "uniform_samples",
+    "write_mesh_dataset",
 ]

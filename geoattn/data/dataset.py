@@ -64,8 +64,9 @@ def mesh_hash(points: np.ndarray, cells: np.ndarray) -> str:
     return h.hexdigest()
 
 
-def open_dataset_file(path: str | Path, mode: str = "r") -> h5py.File:
-    """Open and check the header of a dataset file; raises :class:`DatasetFileError`."""
+def open_dataset_file(path: str | Path, mode: str = "r", versions: tuple[int, ...] = (FORMAT_VERSION,)) -> h5py.File:
+    """Open and check the header of a dataset file of one of the format ``versions`` (default:
+    version 1; version 2 is :mod:`geoattn.data.meshdataset`'s); raises :class:`DatasetFileError`."""
     path = Path(path)
     if not path.exists():
         loop = symlink_loop(path)
@@ -84,11 +85,14 @@ def open_dataset_file(path: str | Path, mode: str = "r") -> h5py.File:
         raise DatasetFileError(f"{path} is an HDF5 file but not a geoattn dataset (format attribute "
                                f"{fmt!r}, expected {FORMAT!r})")
     version = int(fh.attrs.get("format_version", -1))
-    if version != FORMAT_VERSION:
+    if version not in versions:
         fh.close()
-        raise DatasetFileError(f"{path} has dataset format version {version}; this geoattn reads "
-                               f"version {FORMAT_VERSION}")
-    for key in ("done", "meshes"):
+        known = " or ".join(str(v) for v in versions)
+        hint = ("; read it with geoattn.data.MeshDataset" if version == 2 else
+                "; read it with geoattn.data.DarcyDataset" if version == 1 else "")
+        raise DatasetFileError(f"{path} has dataset format version {version}; this reader takes "
+                               f"version {known}{hint}")
+    for key in ("done", "meshes") + (("samples", "splits") if version == 2 else ()):
         if key not in fh:
             fh.close()
             raise DatasetFileError(f"{path} is missing its {key!r} entry (damaged file)")
@@ -104,7 +108,30 @@ def _read(path, what: str, fn):
         raise DatasetFileError(f"{path}: cannot read {what} ({type(err).__name__}: {err})") from err
 
 
-class DarcyDataset(Dataset):
+class FileDataset(Dataset):
+    """What the lazy readers of dataset files share: one HDF5 handle per process (``_file()``),
+    opened on first use and never pickled, so a reader works with worker processes."""
+
+    #: the format versions the reader opens
+    versions: tuple[int, ...] = (FORMAT_VERSION,)
+
+    def _file(self) -> h5py.File:
+        if getattr(self, "_fh", None) is None or self._pid != os.getpid():
+            self._fh, self._pid = open_dataset_file(self.path, versions=self.versions), os.getpid()
+        return self._fh
+
+    def close(self) -> None:
+        if getattr(self, "_fh", None) is not None:
+            self._fh.close()
+            self._fh = None
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_fh"], state["_pid"] = None, None  # h5py handles do not cross processes
+        return state
+
+
+class DarcyDataset(FileDataset):
     r"""Lazy reader of a dataset file: sample ``i`` on mesh ``mesh`` as a
     :class:`~geoattn.mesh.MeshData` with ``pos``, ``weight``, ``cells``, ``cell_type``,
     ``x`` (coefficient :math:`a` at the nodes) and ``y`` (solution :math:`u`).
@@ -178,9 +205,7 @@ class DarcyDataset(Dataset):
         return data
 
     def _group(self) -> h5py.Group:
-        if self._fh is None or self._pid != os.getpid():
-            self._fh, self._pid = open_dataset_file(self.path), os.getpid()
-        return self._fh["meshes"][self.mesh]
+        return self._file()["meshes"][self.mesh]
 
     def len(self) -> int:
         return self._n
@@ -199,16 +224,6 @@ class DarcyDataset(Dataset):
         data.x = torch.as_tensor(x, dtype=self.dtype).reshape(-1, 1)  # [N, 1]
         data.y = torch.as_tensor(y, dtype=self.dtype).reshape(-1, 1)  # [N, 1]
         return data
-
-    def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
-
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state["_fh"], state["_pid"] = None, None  # h5py handles do not cross processes
-        return state
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.path.name}, mesh={self.mesh!r}, n={self._n})"

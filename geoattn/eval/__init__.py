@@ -1,9 +1,9 @@
 """Evaluation: cross-mesh reports, figures and ParaView files of predictions."""
 
-from .crossmesh import CrossMeshReport, cross_mesh_report
+from .crossmesh import CrossMeshReport, SplitReport, cross_mesh_report, split_report
 from .plots import plot_errors, plot_sample
 from .predict import predict_meshio
 from ..train.resolved import ResolvedQuadrature, training_size
 
-__all__ = ["CrossMeshReport", "ResolvedQuadrature", "cross_mesh_report", "plot_errors", "plot_sample",
-           "predict_meshio", "training_size"]
+__all__ = ["CrossMeshReport", "ResolvedQuadrature", "SplitReport", "cross_mesh_report", "plot_errors",
+           "plot_sample", "predict_meshio", "split_report", "training_size"]

@@ -70,15 +70,28 @@ def cross_mesh_report(operators: Mapping[str, torch.nn.Module], datasets: Mappin
 
     Args:
         operators: trained models by display name (e.g. ``{"weighted": op, "unweighted": ab}``).
-        datasets: samples by mesh name; the first is the reference unless ``reference`` is given.
+        datasets: samples by mesh name, the same samples (as many) on every mesh; the first is the
+            reference unless ``reference`` is given.
         reference: the training mesh name (default: the first dataset).
         batch_size: samples per forward pass (default ``4``).
+
+    Raises:
+        ValueError: no datasets, an unknown reference, or meshes holding different numbers of
+            samples (their errors would not compare).
     """
     if not datasets:
         raise ValueError("no datasets to evaluate")
     reference = reference or next(iter(datasets))
     if reference not in datasets:
         raise ValueError(f"reference mesh {reference!r} is not among {list(datasets)}")
+    counts = {mesh: len(samples) for mesh, samples in datasets.items()}
+    if len(set(counts.values())) > 1:
+        listed = ", ".join(f"{mesh!r} {n}" for mesh, n in counts.items())
+        raise ValueError(f"a cross-mesh report compares the same samples on every mesh, but the meshes "
+                         f"hold different numbers of samples ({listed}); give every mesh the same samples "
+                         "(e.g. the first N of each), or score sets of different samples with split_report")
+    if not all(counts.values()):
+        raise ValueError(f"no samples to evaluate on mesh {next(m for m, n in counts.items() if not n)!r}")
     report = CrossMeshReport({k: v[0].num_nodes for k, v in datasets.items()}, reference)
     for name, op in operators.items():
         for samples in datasets.values():  # a model trained through ResolvedQuadrature meets the meshes
@@ -87,4 +100,69 @@ def cross_mesh_report(operators: Mapping[str, torch.nn.Module], datasets: Mappin
                                for mesh, samples in datasets.items()}
         if any(not math.isfinite(float(e.mean())) for e in report.errors[name].values()):
             raise ValueError(f"model {name!r} gives non-finite errors")
+    return report
+
+
+@dataclass
+class SplitReport:
+    """Per-sample relative :math:`L^2(D)` errors of one or more models on named sets of samples
+    (a dataset's test sets: different samples, on meshes that may differ per sample).
+
+    ``errors[model][name]`` is a tensor ``[S]``; ``nodes[name]`` the fewest and most nodes of a
+    sample of the set. No ratios: the sets hold different samples.
+    """
+
+    nodes: dict[str, tuple[int, int]]
+    errors: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+
+    def mean(self, model: str, name: str) -> float:
+        """Mean relative error of ``model`` on set ``name``."""
+        return float(self.errors[model][name].mean())
+
+    def table(self) -> str:
+        """A plain-text table: one row per set, its size, node counts, and each model's mean error."""
+        models = list(self.errors)
+        widths = [max(22, len(m) + 9) for m in models]
+        head = f"{'set':<18}{'samples':>8}{'nodes':>14}"
+        head += "".join(f"{m + ' rel L2':>{w}}" for m, w in zip(models, widths))
+        lines = [head, "-" * len(head)]
+        for name, (low, high) in self.nodes.items():
+            count = len(next(iter(self.errors.values()))[name]) if self.errors else 0
+            span = f"{low}" if low == high else f"{low}-{high}"
+            lines.append(f"{name:<18}{count:>8}{span:>14}"
+                         + "".join(f"{self.mean(m, name):>{w}.4f}" for m, w in zip(models, widths)))
+        return "\n".join(lines)
+
+    def write_csv(self, path: str | Path) -> None:
+        """Write ``model, set, samples, min_nodes, max_nodes, mean, median, max`` rows."""
+        with open(path, "w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["model", "set", "samples", "min_nodes", "max_nodes", "mean", "median", "max"])
+            for m, per_set in self.errors.items():
+                for name, e in per_set.items():
+                    writer.writerow([m, name, len(e), *self.nodes[name], f"{float(e.mean()):.6g}",
+                                     f"{float(e.median()):.6g}", f"{float(e.max()):.6g}"])
+
+
+def split_report(operators: Mapping[str, torch.nn.Module], sets: Mapping[str, Sequence],
+                 batch_size: int = 4) -> SplitReport:
+    """Score each operator on every named set of samples (:class:`SplitReport`), with the
+    weighted relative :math:`L^2(D)` error of :func:`cross_mesh_report`.
+
+    Raises:
+        ValueError: no sets, an empty set, or non-finite errors.
+    """
+    if not sets:
+        raise ValueError("no sample sets to evaluate")
+    empty = [name for name, samples in sets.items() if not len(samples)]
+    if empty:
+        raise ValueError(f"sample set {empty[0]!r} is empty")
+    sizes = {name: [samples[i].num_nodes for i in range(len(samples))] for name, samples in sets.items()}
+    report = SplitReport({name: (min(n), max(n)) for name, n in sizes.items()})
+    for model, op in operators.items():
+        for samples in sets.values():
+            register_meshes(op, samples)
+        report.errors[model] = {name: evaluate_errors(op, samples, batch_size) for name, samples in sets.items()}
+        if any(not math.isfinite(float(e.mean())) for e in report.errors[model].values()):
+            raise ValueError(f"model {model!r} gives non-finite errors")
     return report

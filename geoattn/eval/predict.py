@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import meshio
 import torch
 
-from ..errors import NonFiniteOutputError
+from ..errors import ChannelError, NonFiniteOutputError
 from ..mesh import from_meshio
 from ..mesh.validation import located, validate_field, validate_points, validate_weights
 from ..mesh.registry import register_meshes
@@ -15,11 +15,14 @@ from ..mesh.registry import register_meshes
 
 @torch.no_grad()
 def predict_meshio(operator: torch.nn.Module, mesh: meshio.Mesh, fields: str | Sequence[str],
-                   name: str = "prediction") -> meshio.Mesh:
+                   name: str | Sequence[str] = "prediction", *,
+                   params: Sequence[float] | None = None) -> meshio.Mesh:
     """Predict on any mesh meshio reads and return it with the prediction added as point data.
 
     The mesh is validated and given lumped quadrature weights by
-    :func:`~geoattn.mesh.from_meshio`; the point field(s) ``fields`` are the input channels.
+    :func:`~geoattn.mesh.from_meshio`; the point field(s) ``fields`` are the input channels, and
+    the global parameters ``params``, when given, are appended to them as constant channels (as
+    :class:`~geoattn.data.MeshDataset` does with ``params_as_channels=True``).
     A mesh of the wrong dimension or a field with the wrong number of components raises
     :class:`~geoattn.errors.DimensionError` / :class:`~geoattn.errors.ChannelError`. The inputs
     are validated again in the model's dtype (coordinates of 1e30 have float32-overflowing cell
@@ -32,18 +35,25 @@ def predict_meshio(operator: torch.nn.Module, mesh: meshio.Mesh, fields: str | S
             ``forward(x, pos, weight)`` signature).
         mesh: the mesh with the input field(s).
         fields: input point field name(s), one or more channels.
-        name: name of the output point field (default ``"prediction"``).
+        name: name of the output point field (default ``"prediction"``), or one name per output
+            channel.
+        params: global parameter values appended to the inputs as constant channels.
 
     Returns:
-        a new :class:`meshio.Mesh` with the same points, cells and fields as ``mesh``, plus
-        ``name`` (``[N, C_out]``).
+        a new :class:`meshio.Mesh` with the same points, cells and fields as ``mesh``, plus the
+        prediction: under one ``name``, ``[N]`` for one output channel and ``[N, C_out]`` for
+        several; under one name per channel, ``[N]`` each. A field of ``mesh`` with an output's
+        name is replaced.
     """
     dtype = next(operator.parameters()).dtype
     device = next(operator.parameters()).device
     frame = getattr(operator, "frame", {})  # the frame the training meshes were read in
     data = from_meshio(mesh, x=fields, dtype=dtype, **frame)
-    register_meshes(operator, [data if frame else mesh])  # through ResolvedQuadrature: refine it
     n, label = len(mesh.points), "+".join([fields] if isinstance(fields, str) else fields)
+    if params is not None and len(params):
+        values = torch.as_tensor(list(params), dtype=dtype)
+        data.x = torch.cat([data.x, values.expand(n, -1)], dim=1)  # [N, C_in + P]
+    register_meshes(operator, [data if frame else mesh])  # through ResolvedQuadrature: refine it
     with located(f"in the model's dtype {dtype} (rescale a mesh or field that overflows it)"):
         validate_points(data.pos)
         validate_weights(data.weight, n)
@@ -59,5 +69,14 @@ def predict_meshio(operator: torch.nn.Module, mesh: meshio.Mesh, fields: str | S
             f"node {int(bad.nonzero()[0])}); the input {label!r} spans [{data.x.min():.3g}, "
             f"{data.x.max():.3g}] and the coordinates [{data.pos.min():.3g}, {data.pos.max():.3g}]: "
             "far outside what the model was trained on?")
+    values = prediction.cpu().numpy().reshape(n, -1)  # [N, C_out]
+    names = [name] if isinstance(name, str) else list(name)
+    if len(names) == 1:
+        out = {names[0]: values[:, 0] if values.shape[1] == 1 else values}  # [N] or [N, C_out]
+    elif len(names) == values.shape[1]:
+        out = {key: values[:, c] for c, key in enumerate(names)}  # [N] each
+    else:
+        raise ChannelError(f"{len(names)} output names {names} for the model's {values.shape[1]} output "
+                           "channels; give one name, or one per channel")
     return meshio.Mesh(mesh.points, mesh.cells, cell_data=mesh.cell_data,
-                       point_data={**mesh.point_data, name: prediction.cpu().numpy()})
+                       point_data={**mesh.point_data, **out})

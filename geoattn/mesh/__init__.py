@@ -15,16 +15,18 @@ import importlib
 from .cells import CELL_DIMENSIONS, CELL_TYPES, lumped_mass, orient_cells, signed_volumes
 from .data import MeshData
 from .gradients import p1_gradients
-from .io import from_meshio, read_mesh, read_meshio, save_meshio, to_meshio, write_mesh
+from .io import (from_meshio, from_pyvista, merge_nodes, read_mesh, read_meshio, save_meshio,
+                 to_meshio, to_pyvista, write_mesh)
 from .neighbors import knn, knn_graph, radius, radius_graph
 from .partition import Partition, partition, patch_centroids
 from .quadrature import integrate, weighted_mean
 from .registry import MeshRegistered, mesh_key, register_meshes
+from .surface import orient_surface, surface_areas, surface_lumped_mass
 from .symmetry import Isometry, augment, check_symmetry, dihedral
 from .validation import (validate_cells, validate_field, validate_mesh, validate_sample,
                          validate_weights)
 from .weights import (knn_weights, node_average_weights, periodic_weights, quadrature_weights,
-                      voronoi_weights)
+                      surface_knn_weights, voronoi_weights)
 
 
 def __getattr__(name: str):
@@ -46,14 +48,17 @@ __all__ = [
     "dihedral",
     "families",
     "from_meshio",
+    "from_pyvista",
     "integrate",
     "knn",
     "knn_graph",
     "knn_weights",
     "lumped_mass",
+    "merge_nodes",
     "mesh_key",
     "node_average_weights",
     "orient_cells",
+    "orient_surface",
     "p1_gradients",
     "partition",
     "patch_centroids",
@@ -66,7 +71,11 @@ __all__ = [
     "register_meshes",
     "save_meshio",
     "signed_volumes",
+    "surface_areas",
+    "surface_knn_weights",
+    "surface_lumped_mass",
     "to_meshio",
+    "to_pyvista",
     "validate_cells",
     "validate_field",
     "validate_mesh",

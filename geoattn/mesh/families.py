@@ -174,3 +174,35 @@ def disk_with_holes(h: float = 0.1) -> meshio.Mesh:
     tri = np.vectorize(index.__getitem__)(tri)
     used, tri = np.unique(tri, return_inverse=True)
     return _mesh(pts[used], tri.reshape(-1, 3), "triangle")
+
+
+def icosphere(level: int = 2, radius: float = 1.0) -> meshio.Mesh:
+    """A triangulated sphere in 3-D (a surface mesh): the icosahedron, each triangle split into
+    four ``level`` times, with the new vertices pushed out onto the sphere.
+
+    ``10 * 4**level + 2`` nodes, ``20 * 4**level`` triangles, all oriented with outward normals;
+    the mesh size halves with each level, so lumped quadrature on it converges to the sphere's
+    integrals at second order.
+    """
+    import meshio
+
+    t = (1 + 5**0.5) / 2
+    points = np.array([[-1, t, 0], [1, t, 0], [-1, -t, 0], [1, -t, 0], [0, -1, t], [0, 1, t],
+                       [0, -1, -t], [0, 1, -t], [t, 0, -1], [t, 0, 1], [-t, 0, -1], [-t, 0, 1]],
+                      dtype=float)
+    cells = np.array([[0, 11, 5], [0, 5, 1], [0, 1, 7], [0, 7, 10], [0, 10, 11], [1, 5, 9],
+                      [5, 11, 4], [11, 10, 2], [10, 7, 6], [7, 1, 8], [3, 9, 4], [3, 4, 2],
+                      [3, 2, 6], [3, 6, 8], [3, 8, 9], [4, 9, 5], [2, 4, 11], [6, 2, 10],
+                      [8, 6, 7], [9, 8, 1]])
+    for _ in range(level):
+        edges = np.sort(cells[:, [[0, 1], [1, 2], [2, 0]]].reshape(-1, 2), axis=1)  # [3M, 2]
+        unique, inverse = np.unique(edges, axis=0, return_inverse=True)
+        mid = len(points) + inverse.reshape(-1, 3)  # [M, 3]: midpoints of edges 01, 12, 20
+        points = np.concatenate([points, points[unique].mean(axis=1)])
+        a, b, c = cells.T
+        ab, bc, ca = mid.T
+        cells = np.concatenate([np.stack(s, axis=1) for s in
+                                ((a, ab, ca), (ab, b, bc), (ca, bc, c), (ab, bc, ca))])
+        points = points / np.linalg.norm(points, axis=1, keepdims=True)
+    points = radius * points / np.linalg.norm(points, axis=1, keepdims=True)
+    return meshio.Mesh(points, [("triangle", cells)])

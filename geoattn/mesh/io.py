@@ -22,12 +22,15 @@ import torch
 from ..errors import (
     CoordinateRangeError,
     DimensionError,
+    DuplicateNodeError,
     FieldLengthError,
     MeshFileError,
     UnsupportedCellError,
 )
+from ..optional import require
 from .cells import CELL_DIMENSIONS, CELL_TYPES, orient_cells
 from .data import MeshData
+from .surface import is_surface, orient_surface
 from .validation import (
     located,
     unit_frame,
@@ -65,6 +68,29 @@ def _stack_fields(mesh_fields: Mapping[str, np.ndarray], names: list[str], num: 
     return torch.as_tensor(np.concatenate(cols, axis=1), dtype=dtype)
 
 
+def _chosen_block(mesh: meshio.Mesh, cell_block: str | int) -> tuple[str, np.ndarray, list[int]]:
+    """Cell type, connectivity and block indices of the block(s) picked by ``cell_block``: a
+    block's index in ``mesh.cells``, or a cell type name (every block of that type)."""
+    listing = ", ".join(f"{i}: {b.type} ({len(b.data)})" for i, b in enumerate(mesh.cells))
+    if isinstance(cell_block, (int, np.integer)) and not isinstance(cell_block, bool):
+        if not -len(mesh.cells) <= cell_block < len(mesh.cells):
+            raise UnsupportedCellError(f"cell_block={cell_block} but the mesh has {len(mesh.cells)} "
+                                       f"cell block(s): {listing or 'none'}")
+        blocks = [int(cell_block) % len(mesh.cells)]
+    else:
+        blocks = [i for i, b in enumerate(mesh.cells) if b.type == cell_block]
+        if not blocks:
+            raise UnsupportedCellError(f"cell_block={cell_block!r} but the mesh has no such cells; its "
+                                       f"cell blocks are {listing or 'none'}")
+    ctype = mesh.cells[blocks[0]].type
+    if ctype not in CELL_TYPES:
+        raise UnsupportedCellError(
+            f"unsupported cell type {ctype!r} in cell_block={cell_block!r}; supported types are "
+            f"{sorted(CELL_TYPES)}")
+    cells = np.concatenate([np.asarray(mesh.cells[i].data, dtype=np.int64) for i in blocks])
+    return ctype, cells, blocks
+
+
 def _top_cells(mesh: meshio.Mesh) -> tuple[str | None, np.ndarray | None, list[int]]:
     """Cell type, connectivity and block indices of the highest-dimensional cells."""
     dims = []
@@ -82,7 +108,8 @@ def _top_cells(mesh: meshio.Mesh) -> tuple[str | None, np.ndarray | None, list[i
     if len(types) > 1:
         raise UnsupportedCellError(
             f"the mesh mixes {top}-D cell types {types}; geoattn needs one cell type per mesh "
-            "(split quads into triangles or hexahedra into tetrahedra first)"
+            "(split quads into triangles or hexahedra into tetrahedra first, or pick one type "
+            "with cell_block=)"
         )
     if types[0] not in CELL_TYPES:
         raise UnsupportedCellError(
@@ -107,30 +134,138 @@ def _spatial_points(points: np.ndarray, dim: int | None) -> np.ndarray:
         raise DimensionError(f"{dim}-D cells need {dim} coordinates, the points have {points.shape[1]}")
     extra = points[:, dim:]
     if extra.size and np.abs(extra).max() > 1e-12 * max(np.abs(points).max(), 1.0):
+        if dim == 2 and points.shape[1] == 3:  # a surface in 3-D
+            return points
         i = int(np.flatnonzero(np.abs(extra).max(axis=1) > 0)[0])
         raise DimensionError(
             f"{dim}-D cells but coordinate column {dim} is not zero (node {i} at "
-            f"{points[i].tolist()}); surfaces or curves embedded in a higher dimension are not "
-            "supported"
+            f"{points[i].tolist()}); curves embedded in a higher dimension are not supported "
+            "(surfaces of triangles or quads in 3-D are)"
         )
     return points[:, :dim]
+
+
+#: Default relative distance of ``merge_duplicates=True``.
+MERGE_TOL = 1e-9
+#: Point fields may differ at merged nodes by this fraction of their largest magnitude.
+MERGE_FIELD_TOL = 1e-6
+
+
+def merge_nodes(points: np.ndarray, cells: np.ndarray | None, point_data: Mapping[str, np.ndarray],
+                tol: float = MERGE_TOL, field_tol: float = MERGE_FIELD_TOL
+                ) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.ndarray], int]:
+    """Merge nodes closer than ``tol`` times the bounding-box diagonal into one.
+
+    Solvers often write every element's vertices separately (a file with 5 340 points for 972
+    vertices): the mesh then has no shared nodes, every node coincides with others, and
+    :func:`~geoattn.mesh.validate_mesh` refuses it. Here each cluster of nodes within ``tol``
+    of one another (transitively) becomes one node at their mean, numbered in the order of the
+    cluster's first node; cells are renumbered, and each point field is averaged over the
+    cluster after checking that it agrees there.
+
+    Args:
+        points: coordinates ``[N, d]``.
+        cells: connectivity ``[M, V]`` or ``None``.
+        point_data: point fields (first axis ``N``).
+        tol: merge distance relative to the bounding-box diagonal of ``points``.
+        field_tol: largest difference of a field within a cluster, relative to the field's
+            largest magnitude (integer fields must agree exactly).
+
+    Returns:
+        ``(points [N', d], cells [M, V], point_data, merged)`` with ``merged = N - N'``.
+
+    Raises:
+        DuplicateNodeError: a field disagrees at nodes that are merged (naming the nodes).
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+    from scipy.spatial import cKDTree
+
+    if not (isinstance(tol, (int, float)) and np.isfinite(tol) and tol >= 0):
+        raise ValueError(f"merge_duplicates must be a distance >= 0 relative to the mesh size, got {tol!r}")
+    points = validate_points(points)
+    n = len(points)
+    centre, side = unit_frame(points)
+    local = (points - centre) / side
+    radius = tol * max(float(np.linalg.norm(np.ptp(local, axis=0))), 1e-300)
+    pairs = cKDTree(local).query_pairs(radius, output_type="ndarray")  # [P, 2]
+    graph = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(n, n))
+    count, labels = connected_components(graph, directed=False)
+    first = np.full(count, n)
+    np.minimum.at(first, labels, np.arange(n))
+    rank = np.empty(count, dtype=np.int64)
+    rank[np.argsort(first)] = np.arange(count)
+    new = rank[labels]  # [N]: the merged index of each node
+    size = np.bincount(new, minlength=count).astype(float)  # [N']
+
+    def mean(values: np.ndarray) -> np.ndarray:
+        total = np.zeros((count,) + values.shape[1:])
+        np.add.at(total, new, values)
+        return total / size.reshape((-1,) + (1,) * (values.ndim - 1))
+
+    merged_points = mean(points)
+    fields = {}
+    for name, values in point_data.items():
+        values = np.asarray(values)
+        validate_field(name, values, n)
+        if np.issubdtype(values.dtype, np.integer) or values.dtype == bool:
+            kept = values[first[np.argsort(first)]]
+            differ = (values != kept[new]).reshape(n, -1).any(axis=1)
+        else:
+            kept = mean(values.astype(np.float64))
+            scale = float(np.abs(values).max()) if values.size else 0.0
+            differ = (np.abs(values - kept[new]).reshape(n, -1).max(axis=1, initial=0.0)
+                      > field_tol * max(scale, 1e-300))
+            kept = kept.astype(values.dtype, copy=False)
+        if differ.any():
+            i = int(np.flatnonzero(differ)[0])
+            j = int(first[np.argsort(first)][new[i]])
+            raise DuplicateNodeError(
+                f"merge_duplicates: nodes {j} and {i} lie together at {points[i].tolist()} but their "
+                f"field {name!r} differs ({np.asarray(values[j]).tolist()} against "
+                f"{np.asarray(values[i]).tolist()}, beyond {field_tol:g} of its magnitude): the field "
+                "is discontinuous there (an element-wise field), so merging would blur it; keep the "
+                "nodes apart or drop the field")
+        fields[name] = kept
+    merged = n - count
+    if cells is not None:
+        cells = new[np.asarray(cells, dtype=np.int64)]
+    if merged:
+        log.info("merge_duplicates: merged %d of %d nodes into %d", merged, n, count)
+    return merged_points, cells, fields, merged
 
 
 def from_meshio(mesh: meshio.Mesh, x: str | Sequence[str] | None = None,
                 y: str | Sequence[str] | None = None, *, weights: str | None = "lumped",
                 unused: str = "warn", reorient: bool = False, box=None,
-                dtype: torch.dtype | None = None, origin=None, scale: float | None = None) -> MeshData:
+                dtype: torch.dtype | None = None, origin=None, scale: float | None = None,
+                merge_duplicates: float | bool | None = None, cell_block: str | int | None = None
+                ) -> MeshData:
     """Convert a :class:`meshio.Mesh` into a validated :class:`MeshData` sample with weights.
 
+    Triangles or quads whose nodes do not lie in one coordinate plane form a surface in 3-D: the
+    sample keeps ``pos [N, 3]`` and gets area weights (:mod:`~geoattn.mesh.surface`).
+
     Args:
-        mesh: the mesh; its highest-dimensional cell blocks (one supported type) are kept.
+        mesh: the mesh; its highest-dimensional cell blocks (one supported type) are kept, or
+            those picked by ``cell_block``.
         x: point-data field name(s) stacked as input channels ``x [N, C_in]``.
         y: point-data field name(s) stacked as target channels ``y [N, C_out]``.
         weights: quadrature rule (see :func:`quadrature_weights`); ``"lumped"`` falls back to the
             point-cloud default when the mesh has no cells; ``None`` computes no weights.
         unused: handling of nodes in no cell: ``"warn"``, ``"error"`` or ``"ignore"``.
-        reorient: reverse the vertex order of negatively oriented cells instead of raising
-            :class:`~geoattn.errors.InvertedCellError`.
+        reorient: reverse the vertex order of negatively oriented cells (triangles, quads,
+            tetrahedra, hexahedra) instead of raising :class:`~geoattn.errors.InvertedCellError`;
+            on a surface, orient every connected piece consistently with its lowest-numbered
+            cell.
+        merge_duplicates: merge nodes closer than this distance, relative to the bounding-box
+            diagonal, into one (``True``: :data:`MERGE_TOL`; default ``None``: no merging, and
+            coincident nodes raise :class:`~geoattn.errors.DuplicateNodeError`); see
+            :func:`merge_nodes`. The number of nodes removed is logged and stored as
+            ``data.merged_nodes``.
+        cell_block: which cells to keep when the file has several blocks: a cell type name
+            (``"triangle"``: every block of that type) or a block's index in ``mesh.cells``
+            (default ``None``: the highest-dimensional blocks).
         box: domain box for the point-cloud rules.
         dtype: floating dtype of ``pos``, ``weight`` and fields (default: torch's default dtype).
         origin: a point ``[d]`` subtracted from the coordinates, in float64, before they are cast
@@ -155,22 +290,31 @@ def from_meshio(mesh: meshio.Mesh, x: str | Sequence[str] | None = None,
         WeightError: the weights underflow or overflow ``dtype`` (e.g. float16).
     """
     dtype = dtype or torch.get_default_dtype()
-    ctype, cells, blocks = _top_cells(mesh)
-    pos = _spatial_points(mesh.points, CELL_TYPES[ctype].dim if ctype else None)
+    ctype, cells, blocks = _top_cells(mesh) if cell_block is None else _chosen_block(mesh, cell_block)
+    points = mesh.points
+    point_data = {k: np.asarray(v) for k, v in mesh.point_data.items()}
+    merged = None
+    if merge_duplicates is not None and merge_duplicates is not False:
+        if cells is not None:
+            validate_cells(cells, len(points), ctype)  # before renumbering them
+        tol = MERGE_TOL if merge_duplicates is True else merge_duplicates
+        points, cells, point_data, merged = merge_nodes(points, cells, point_data, tol)
+    pos = _spatial_points(points, CELL_TYPES[ctype].dim if ctype else None)
     n = pos.shape[0]
     frame = None
     if origin is not None or scale is not None:
         pos, box, frame = _to_frame(pos, box, origin, scale)
     if cells is not None and reorient:
         validate_cells(cells, n, ctype, dim=pos.shape[1])  # before indexing pos with them
-        cells = orient_cells(pos, cells, ctype)
+        cells = orient_surface(cells) if is_surface(ctype, pos.shape[1]) else orient_cells(pos, cells, ctype)
     validate_mesh(pos, cells, ctype, unused=unused)
 
-    point_data = {k: np.asarray(v) for k, v in mesh.point_data.items()}
     x_names, y_names = _names(x), _names(y)
     data = MeshData(pos=cast_positions(pos, dtype))
     if frame is not None:
         data.frame = frame
+    if merged is not None:
+        data.merged_nodes = merged
     data.x = _stack_fields(point_data, x_names, n, dtype)
     data.y = _stack_fields(point_data, y_names, n, dtype)
     extra = {}
@@ -292,7 +436,8 @@ def to_meshio(data, point_data: Mapping[str, object] | None = None,
         if getattr(data, key, None) is not None:
             fields[key] = _numpy(data[key])
     if frame is not None and "weight" in fields:  # a weight is a volume: in the original units
-        fields["weight"] = fields["weight"].astype(np.float64) * frame[1] ** pos.shape[1]
+        cells_dim = CELL_TYPES[data.cell_type].dim if getattr(data, "cells", None) is not None else pos.shape[1]
+        fields["weight"] = fields["weight"].astype(np.float64) * frame[1] ** cells_dim
     fields.update({k: _numpy(v) for k, v in (point_data or {}).items()})
     for name, values in fields.items():
         validate_field(name, values, n)
@@ -425,3 +570,27 @@ def save_meshio(path: str | Path, mesh: meshio.Mesh, **kwargs) -> None:
 def write_mesh(path: str | Path, data, point_data=None, cell_data=None, **kwargs) -> None:
     """Write a sample with meshio; the format follows the file extension (see :func:`save_meshio`)."""
     save_meshio(path, to_meshio(data, point_data, cell_data), **kwargs)
+
+
+def from_pyvista(grid, x: str | Sequence[str] | None = None, y: str | Sequence[str] | None = None,
+                 **kwargs) -> MeshData:
+    """Convert a PyVista mesh (``UnstructuredGrid``, ``PolyData`` surface, ...) into a validated
+    :class:`MeshData` sample through meshio (see :func:`from_meshio` for the keywords).
+
+    Needs the ``pyvista`` extra.
+    """
+    pv = require("pyvista", "pyvista", "PyVista conversion")
+    if not isinstance(grid, pv.UnstructuredGrid):
+        grid = grid.cast_to_unstructured_grid()
+    return from_meshio(pv.to_meshio(grid), x, y, **kwargs)
+
+
+def to_pyvista(data, point_data: Mapping[str, object] | None = None,
+               cell_data: Mapping[str, object] | None = None):
+    """Convert a sample to a :class:`pyvista.UnstructuredGrid` (fields as in :func:`to_meshio`),
+    points padded with zero columns to 3-D. Needs the ``pyvista`` extra."""
+    pv = require("pyvista", "pyvista", "PyVista conversion")
+    mesh = to_meshio(data, point_data, cell_data)
+    if mesh.points.shape[1] < 3:
+        mesh.points = np.pad(mesh.points, ((0, 0), (0, 3 - mesh.points.shape[1])))
+    return pv.from_meshio(mesh)

@@ -44,6 +44,7 @@ from ..errors import (
     WeightError,
 )
 from .cells import CELL_TYPES, CellType, cell_type, min_corner_jacobians
+from .surface import check_surface_orientation, is_surface, min_corner_areas
 
 log = logging.getLogger(__name__)
 
@@ -159,10 +160,11 @@ def validate_cells(cells, num_nodes: int, cell_type_name: str | None = None, *,
         )
     if cells.shape[0] == 0:
         raise EmptyMeshError(f"the mesh has no {ct.name} cells")
-    if dim is not None and ct.dim != dim:
+    if dim is not None and ct.dim != dim and not is_surface(ct.name, dim):
         raise DimensionError(
             f"{ct.name} cells are {ct.dim}-D but the nodes are {dim}-D; geoattn supports meshes "
-            "whose cells fill their space (no surfaces in 3-D or curves in 2-D)"
+            "whose cells fill their space and surfaces of triangles or quads in 3-D (no curves "
+            "in 2-D or 3-D)"
         )
     if not np.issubdtype(cells.dtype, np.integer):
         raise CellIndexError(f"cell indices must be integers, got dtype {cells.dtype}")
@@ -209,38 +211,52 @@ def validate_mesh(pos, cells=None, cell_type_name: str | None = None, *, unused:
     n, d = pos.shape
     centre, scale = unit_frame(pos)
     local = (pos - centre) / scale  # geometry in float64 without cancellation far from the origin
+    surface = False
     if cells is not None:
         ct = validate_cells(cells, n, cell_type_name, dim=d)
         cells = _as_numpy(cells)
-        jac = min_corner_jacobians(local, cells, ct.name)
-        h = np.linalg.norm(np.ptp(local, axis=0)) / max(n, 1) ** (1.0 / d)
-        tiny = DEGENERATE_TOL * h**d
+        surface = is_surface(ct.name, d)
+        jac = min_corner_areas(local, cells) if surface else min_corner_jacobians(local, cells, ct.name)
+        h = np.linalg.norm(np.ptp(local, axis=0)) / max(n, 1) ** (1.0 / ct.dim)
+        tiny = DEGENERATE_TOL * h**ct.dim
         if ct.name == "line" and d == 1:
             jac = np.abs(jac)  # 1-D segments carry no orientation
+        what = "area" if surface else "volume"
         bad = np.abs(jac) <= tiny
         if bad.any():
             i = _first(bad)
             raise DegenerateCellError(
-                f"cell {i} (nodes {cells[i].tolist()}) has zero volume (Jacobian "
-                f"{jac[i] * scale**d:.3g})"
+                f"cell {i} (nodes {cells[i].tolist()}) has zero {what} (Jacobian "
+                f"{jac[i] * scale**ct.dim:.3g})"
             )
         bad = jac < 0
         if bad.any():
             i = _first(bad)
+            fix = ("a surface quad whose corners turn different ways is folded; split it into "
+                   "triangles" if surface else
+                   "pass reorient=True to from_meshio / read_mesh to fix reversed vertex order")
             raise InvertedCellError(
                 f"cell {i} (nodes {cells[i].tolist()}) is inverted or non-convex (Jacobian "
-                f"{jac[i] * scale**d:.3g} < 0); pass reorient=True to from_meshio to fix reversed "
-                "vertex order"
+                f"{jac[i] * scale**ct.dim:.3g} < 0); {fix}"
             )
     if duplicates and n > 1:
         tol = DUPLICATE_TOL * max(float(np.linalg.norm(np.ptp(local, axis=0))), 1e-300)
-        dist, idx = cKDTree(local).query(local, k=2)
+        tree = cKDTree(local)
+        dist, idx = tree.query(local, k=2)
         bad = dist[:, 1] <= tol
         if bad.any():
             i = _first(bad)
             other = int(idx[i, 1] if idx[i, 0] == i else idx[i, 0])  # ties may list i second
-            raise DuplicateNodeError(f"node {i} duplicates node {other} at {pos[i].tolist()}")
-    if cells is not None:
+            count = int(bad.sum())
+            raise DuplicateNodeError(
+                f"node {i} duplicates node {other} at {pos[i].tolist()} ({count} of {n} nodes "
+                "coincide with another). A solver that writes every element's vertices separately "
+                "gives such files: pass merge_duplicates=1e-9 (a distance relative to the mesh's "
+                "bounding-box diagonal) to read_mesh / from_meshio, or --merge-duplicates on the "
+                "command line, to merge coincident nodes")
+    if surface:
+        check_surface_orientation(cells)  # the surface analogue of overlapping cells
+    elif cells is not None:
         check_overlaps(local, cells, ct.name)  # after duplicates: a duplicate node often shows as one
     if cells is not None and unused != "ignore":
         used = np.zeros(n, dtype=bool)

@@ -12,6 +12,11 @@ smooth integrand (``h`` a mesh size, ``N`` the number of nodes, ``d`` the dimens
   2-D), :math:`O(N^{-2})` in 1-D where it is the trapezoid rule.
 - ``"knn"``: :math:`|B(r_k)|/(k-1)`, ``r_k`` the distance to the ``k``-th neighbour (a density
   estimate); :math:`O(N^{-1/2})` for any smooth sampling density.
+- ``"surface_knn"``: for a point cloud on a surface in 3-D, the area of each node's Voronoi cell
+  in its tangent plane among its ``k`` nearest neighbours (:func:`surface_knn_weights`).
+  Surface meshes (triangles or quads in 3-D) get ``"lumped"`` area weights,
+  :math:`w_i = \\int_S \\varphi_i\\,dA`, :math:`O(h^2)` on a smooth surface
+  (:mod:`~geoattn.mesh.surface`).
 - ``"monte_carlo"``: :math:`|D|/N`; :math:`O(N^{-1/2})` *only* for uniform sampling, biased
   otherwise. :func:`node_average_weights` turns any weights into these, graph by graph.
 
@@ -42,9 +47,10 @@ from scipy.spatial import ConvexHull, Voronoi, cKDTree
 from ..errors import DimensionError, MeshError, WeightError
 from .cells import lumped_mass
 from .quadrature import integrate
+from .surface import is_surface, surface_lumped_mass
 from .validation import unit_frame, validate_points
 
-RULES = ("lumped", "voronoi", "knn", "monte_carlo")
+RULES = ("lumped", "voronoi", "knn", "monte_carlo", "surface_knn")
 
 
 def _box_array(box, pos: np.ndarray) -> np.ndarray:
@@ -204,19 +210,76 @@ def knn_weights(pos: np.ndarray, k: int = 8, box=None) -> np.ndarray:
     return weight * (np.prod(box[1] - box[0]) / weight.sum())
 
 
+#: Directions of the polygon that clips a tangent-plane Voronoi cell (:func:`surface_knn_weights`).
+_RIM = 16
+
+
+def surface_knn_weights(pos: np.ndarray, k: int = 30) -> np.ndarray:
+    r"""Area weights ``[N]`` of a point cloud sampled on a surface in 3-D (no cells).
+
+    Around each node the ``k`` nearest neighbours give a tangent plane (the two leading principal
+    axes of the neighbourhood, PCA); the neighbours are mapped into it (the direction of their
+    projection, at their distance in 3-D: a first-order logarithmic map, which does not shrink
+    the neighbourhood on a curved surface as a projection does), and the node's weight is
+    the area of its Voronoi cell among them in that plane: the half-planes
+    :math:`\{y : y \cdot p_j \le |p_j|^2 / 2\}`, intersected as the polar of the convex hull of
+    :math:`2 p_j / |p_j|^2`. Beyond the ``k``-th neighbour's distance :math:`r_k` the cell is
+    not known from the neighbours (a farther node may cut it), so it is clipped to the polygon
+    :math:`\{y : y \cdot u_m \le r_k\}` around the disc of radius :math:`r_k` (``u_m`` 16 unit
+    directions); this also bounds the cells of nodes on the rim of an open surface (which it
+    overestimates). These cells tile a smooth closed surface up to the curvature of the tangent
+    planes and the neighbours missed by ``k``, so their sum approximates the surface's
+    area (the tests hold it on random clouds on a sphere).
+
+    Args:
+        pos: nodes ``[N, 3]`` on a surface.
+        k: neighbours per node (at least 4, fewer than ``N``).
+    """
+    pos = validate_points(pos)
+    n, d = pos.shape
+    if d != 3:
+        raise DimensionError(f"the 'surface_knn' rule is for surfaces in 3-D, got {d}-D nodes")
+    if not 4 <= k < n:
+        raise ValueError(f"k must satisfy 4 <= k < N = {n}, got {k}")
+    dist, idx = cKDTree(pos).query(pos, k=k + 1)  # [N, k + 1], the node itself first
+    rel = pos[idx[:, 1:]] - pos[:, None]  # [N, k, 3]
+    centred = rel - rel.mean(axis=1, keepdims=True)
+    _, _, axes = np.linalg.svd(centred, full_matrices=False)  # [N, 3, 3], rows by variance
+    plane = np.einsum("nkd,nad->nka", rel, axes[:, :2])  # [N, k, 2] tangent coordinates
+    length = np.linalg.norm(plane, axis=-1, keepdims=True)  # [N, k, 1]
+    plane = plane * (dist[:, 1:, None] / np.maximum(length, 1e-300))  # directions kept, 3-D distances
+    polar = 2 * plane / np.maximum((plane**2).sum(-1, keepdims=True), 1e-300)  # [N, k, 2]
+    angle = 2 * math.pi * np.arange(_RIM) / _RIM
+    rim = np.stack([np.cos(angle), np.sin(angle)], axis=1)  # [R, 2]
+    polar = np.concatenate([polar, rim[None] / dist[:, -1:, None]], axis=1)  # [N, k + R, 2]
+    weight = np.empty(n)
+    for i in range(n):
+        eq = ConvexHull(polar[i]).equations  # [F, 3]: normal . q + offset <= 0 inside
+        offset = -eq[:, 2]  # > 0: the rim keeps the origin inside the hull
+        corners = eq[:, :2] / offset[:, None]  # [F, 2] vertices of the Voronoi cell
+        corners = corners[np.argsort(np.arctan2(eq[:, 1], eq[:, 0]))]
+        nxt = np.roll(corners, -1, axis=0)
+        weight[i] = 0.5 * abs(float((corners[:, 0] * nxt[:, 1] - nxt[:, 0] * corners[:, 1]).sum()))
+    return weight
+
+
 def quadrature_weights(pos, cells=None, cell_type: str | None = None, *, rule: str | None = None,
-                       box=None, k: int = 8, volume: float | None = None) -> torch.Tensor:
+                       box=None, k: int | None = None, volume: float | None = None) -> torch.Tensor:
     """Quadrature weights ``[N]`` for functions sampled at the nodes ``pos [N, d]``.
 
     Args:
         pos: node coordinates ``[N, d]`` (numpy array or tensor).
         cells: cell connectivity ``[M, V]`` for the ``"lumped"`` rule.
         cell_type: meshio cell type of ``cells``.
-        rule: one of ``"lumped"`` (default when cells are given), ``"voronoi"`` (default for a
-            point cloud with a ``box``), ``"knn"``, ``"monte_carlo"`` (default otherwise).
+        rule: one of ``"lumped"`` (default when cells are given; on a surface mesh, triangles
+            or quads in 3-D, the lumped area weights), ``"voronoi"`` (default for a point cloud
+            with a ``box``), ``"knn"``, ``"monte_carlo"`` (default otherwise), or
+            ``"surface_knn"`` for a point cloud sampled on a surface in 3-D
+            (:func:`surface_knn_weights`; ``k`` neighbours, default 30 for it).
         box: ``[[lower...], [upper...]]`` corners of the domain for the point-cloud rules (default:
             the bounding box of the points).
-        k: neighbour count of the ``"knn"`` rule.
+        k: neighbour count of the ``"knn"`` (default 8) and ``"surface_knn"`` (default 30)
+            rules.
         volume: domain measure ``|D|`` for ``"monte_carlo"`` (default: the box volume).
 
     Returns:
@@ -234,7 +297,8 @@ def quadrature_weights(pos, cells=None, cell_type: str | None = None, *, rule: s
         box = _box_array(box, p)  # checked in the user's units, before the change of frame
     centre, scale = unit_frame(p if box is None else np.concatenate([p, box]))
     d = p.shape[1]
-    measure = scale**d  # the volume of the unit frame's box in the user's units
+    surface = rule == "surface_knn" or (rule == "lumped" and is_surface(cell_type, d))
+    measure = scale ** (2 if surface else d)  # the measure of the unit frame's box in the user's units
     p = (p - centre) / scale
     if box is not None:
         box = (box - centre) / scale
@@ -242,11 +306,15 @@ def quadrature_weights(pos, cells=None, cell_type: str | None = None, *, rule: s
         if cells is None or cell_type is None:
             raise ValueError("the 'lumped' rule needs cells and cell_type")
         cells = cells.detach().cpu().numpy() if isinstance(cells, torch.Tensor) else cells
-        w = lumped_mass(p, cells, cell_type)
+        w = (surface_lumped_mass if is_surface(cell_type, d) else lumped_mass)(p, cells, cell_type)
     elif rule == "voronoi":
         w = voronoi_weights(p, box)
     elif rule == "knn":
-        w = knn_weights(p, k, box)
+        w = knn_weights(p, 8 if k is None else k, box)
+    elif rule == "surface_knn":
+        if box is not None:
+            raise ValueError("the 'surface_knn' rule takes no box")
+        w = surface_knn_weights(p, 30 if k is None else k)
     else:  # monte_carlo
         if volume is None:
             b = _box_array(box, p)

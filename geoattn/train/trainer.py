@@ -42,6 +42,8 @@ from .operator import NormalizedOperator
 log = logging.getLogger(__name__)
 
 LAST, BEST, METRICS, TENSORBOARD = "last.pt", "best.pt", "metrics.csv", "tensorboard"
+#: The files that make a folder hold a run.
+RUN_FILES = (LAST, BEST, METRICS)
 #: autocast dtype of each precision (``None``: no autocast)
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -186,6 +188,39 @@ def _tensors(module: torch.nn.Module) -> list[torch.Tensor]:
     return [*module.parameters(), *module.buffers()]
 
 
+def check_run_folder(folder: str | Path | Sequence[str | Path], *, resume: bool = False, overwrite: bool = False,
+                     names: tuple[str, str, str] = ("resume=True", "overwrite=True", "another out_dir"),
+                     ) -> list[Path]:
+    """Refuse to train into a folder that holds a run unless told what to do with it (``folder``
+    may be the member folders of an ensemble: then into any of them).
+
+    A folder holds a run when it has any of :data:`RUN_FILES` (checkpoints, metrics). Training
+    into it silently would mix two runs' checkpoints and metrics (or resume one by accident), so
+    it needs ``resume`` (continue it) or ``overwrite`` (replace it), not both. The Python
+    :class:`Trainer` and the ``geoattn train`` command share this rule; ``names`` are the
+    caller's names of the two options and of the alternative (``("--resume", "--overwrite",
+    "another --out")`` on the command line).
+
+    Returns:
+        The run files present in ``folder`` (empty when it holds no run or does not exist).
+
+    Raises:
+        ConfigError: both ``resume`` and ``overwrite``, or a run and neither.
+    """
+    folders = [Path(folder)] if isinstance(folder, (str, os.PathLike)) else [Path(f) for f in folder]
+    if resume and overwrite:
+        raise ConfigError(f"give {names[0]} or {names[1]}, not both")
+    held = [f / name for f in folders for name in RUN_FILES if (f / name).exists()]
+    if held and not (resume or overwrite):
+        if len(folders) == 1:
+            where = f"{folders[0]} holds a run ({', '.join(p.name for p in held)})"
+        else:  # the members of an ensemble, in one folder
+            members = sorted({p.parent.name for p in held})
+            where = f"{folders[0].parent} holds a run (in {', '.join(members)})"
+        raise ConfigError(f"{where}; give {names[0]} to continue it, {names[1]} to replace it, or {names[2]}")
+    return held
+
+
 class Trainer:
     """Fits a :class:`NormalizedOperator` to samples ``(x, pos, weight, y)``.
 
@@ -224,11 +259,18 @@ class Trainer:
             operator ends as ``best.pt`` holds it, with or without an ``out_dir`` (default
             ``False``: the operator keeps its last weights). For a small training set that a
             long schedule overfits.
+        overwrite: replace a run already in ``out_dir`` (default ``False``: refuse it, unless
+            :meth:`fit` resumes it).
 
     Raises:
         ConfigError: an unknown or unavailable device or precision (:func:`resolve_device`,
             :func:`check_precision`), or ``tensorboard=True`` without an ``out_dir``.
         MissingDependencyError: ``tensorboard`` asked for and the package not installed.
+
+    An ``out_dir`` that holds a run (``last.pt``, ``best.pt`` or ``metrics.csv``) is refused by
+    :meth:`fit` unless it is called with ``resume=True`` or the trainer was built with
+    ``overwrite=True``, which deletes that run's files before the first epoch
+    (:func:`check_run_folder`).
 
     :meth:`fit` holds the lock of ``out_dir`` while it trains (:func:`geoattn.locking.hold`): it
     raises :class:`~geoattn.errors.LockError`, naming the other process, when another process is
@@ -243,12 +285,14 @@ class Trainer:
                  clip: float | None = 1.0, h1: bool = False, seed: int = 0, progress: bool = True,
                  device: str | torch.device | None = None, precision: str = "fp32",
                  workers: int = 0, pin_memory: bool | None = None,
-                 tensorboard: bool | str | Path = False, restore_best: bool = False):
+                 tensorboard: bool | str | Path = False, restore_best: bool = False,
+                 overwrite: bool = False):
         if isinstance(getattr(operator, "members", None), torch.nn.ModuleList):
             raise ConfigError(f"a Trainer fits one operator, not an ensemble of {len(operator.members)}: train "
                               "each member, or build the ensemble with geoattn.train.train_ensemble")
         self.operator = operator
         self.restore_best = restore_best
+        self.overwrite = overwrite
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.epochs, self.batch_size, self.lr = epochs, batch_size, lr
         self.weight_decay, self.clip, self.h1 = weight_decay, clip, h1
@@ -340,8 +384,15 @@ class Trainer:
 
         Every sample is checked first (:func:`validate_samples`): a bad one raises its typed
         error, naming the sample, before the normalisers are fitted or anything is written.
+
+        Raises:
+            ConfigError: ``out_dir`` holds a run and neither ``resume=True`` nor the trainer's
+                ``overwrite=True`` says what to do with it (:func:`check_run_folder`).
         """
         op = self.operator
+        stale = []
+        if self.out_dir is not None and self.rank == 0:
+            stale = check_run_folder(self.out_dir, resume=resume, overwrite=self.overwrite)
         if not (hasattr(train, "__len__") and hasattr(train, "__getitem__")) or len(train) == 0:
             got = "an empty one" if hasattr(train, "__len__") else f"a {type(train).__name__}"
             raise ConfigError(f"Trainer.fit needs a sequence (a list or a dataset) of at least one "
@@ -393,6 +444,9 @@ class Trainer:
         bar = progress_bar(total=(self.epochs - start) * steps, enabled=self.progress and self.rank == 0,
                            desc="train", unit="step", leave=False)
         with self._run_lock(), self._summary_writer(start) as board:  # board: None without TensorBoard
+            if not resume:
+                for path in stale:  # overwrite=True: the replaced run's files go before its first epoch
+                    path.unlink(missing_ok=True)
             for epoch in range(start, self.epochs):
                 tic = time.perf_counter()
                 torch.manual_seed(self.seed * 100_003 + epoch)

@@ -39,7 +39,7 @@ CORPUS = {
     "index out of range": (lambda: mesh(cells=np.array([[0, 1, 2], [0, 2, 7]])), geoattn.CellIndexError, "cell 1"),
     "negative index": (lambda: mesh(cells=np.array([[0, 1, -1], [0, 2, 3]])), geoattn.CellIndexError, "cell 0"),
     "unused node": (lambda: mesh(np.vstack([SQ, [[2.0, 2.0]]])), geoattn.UnusedNodeError, "node 4"),
-    "surface in 3-D": (lambda: mesh(np.c_[SQ, [0, 0, 1, 0]]), geoattn.DimensionError, "column 2"),
+    "curve in 2-D": (lambda: mesh(SQ, np.array([[0, 1], [1, 2]]), "line"), geoattn.DimensionError, "column 1"),
     "tetra in 2-D": (lambda: mesh(cells=np.array([[0, 1, 2, 3]]), cell_type="tetra"), geoattn.DimensionError, "3-D"),
     "unsupported cell": (lambda: mesh(cells=np.array([[0, 1, 2, 3, 0, 1]]), cell_type="wedge"),
                          geoattn.UnsupportedCellError, "wedge"),

@@ -1,0 +1,222 @@
+"""``geoattn import``: build a dataset file (format version 2) from your own simulation files.
+
+One mesh file per sample (anything meshio reads: .vtu, .msh, .xdmf, ...), each with the named
+point fields; the meshes may differ from file to file. Example::
+
+    geoattn import runs/*.vtu --x kappa --y T --params load --out plate.h5 --split 0.8,0.1,0.1
+    geoattn import runs/ --x kappa --y T --test fine='runs/fine_*' --out plate.h5
+
+``PATH`` is a file, a folder (every mesh file in it and below) or a glob pattern. Global
+parameters (``--params``) come from each file's ``field_data``, else from a table: ``--params-file``
+or a ``params.csv`` / ``params.json`` beside the files, one row per file name (CSV: a ``file``
+column, or the first column, and one column per parameter; JSON: ``{"name.vtu": {"load": 1.5}}``
+or a list of such rows with a ``"file"`` key).
+
+Splits: the files matched by a ``--test NAME=GLOB`` form the test set ``NAME`` (one per mesh
+family, say); the others are shuffled with ``--seed`` and split by ``--split`` into ``train``,
+``val`` and, with a third fraction, ``test`` (default ``0.8,0.1,0.1``, or ``0.9,0.1`` with
+``--test``).
+
+A bad file (unreadable, a missing field, a field of the wrong length, an invalid mesh, a missing
+parameter) stops the import with one line naming the file and the problem, and nothing is
+written. Ctrl-C keeps the samples read so far in ``OUT.partial``; the same command resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import fnmatch
+import glob
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ConfigError
+
+INTERRUPTED = "; run the same command again to resume"
+TABLES = ("params.csv", "params.json")
+
+
+def add_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="mesh files, folders or glob patterns")
+    parser.add_argument("--x", required=True, help="input point field(s), comma-separated")
+    parser.add_argument("--y", required=True, help="target point field(s), comma-separated")
+    parser.add_argument("--params", help="global parameter(s) per file, comma-separated")
+    parser.add_argument("--params-file", help="CSV or JSON table of the parameters, one row per file name "
+                        "(default: a params.csv or params.json beside the files)")
+    parser.add_argument("--out", required=True, help="the dataset file to write (.h5)")
+    parser.add_argument("--split", help="fractions TRAIN,VAL[,TEST] of the files not in a --test set "
+                        "(default: 0.8,0.1,0.1; 0.9,0.1 with --test)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the split's shuffle (default: %(default)s)")
+    parser.add_argument("--test", action="append", default=[], metavar="NAME=GLOB",
+                        help="a named test set: the files matching GLOB (repeat for several sets)")
+    parser.add_argument("--merge-duplicates", type=float, metavar="TOL",
+                        help="merge nodes closer than TOL before validation")
+    parser.add_argument("--reorient", action="store_true", default=None,
+                        help="reverse negatively oriented cells instead of refusing them")
+    parser.add_argument("--cell-block", metavar="NAME|INDEX", help="the cell block to read")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def names(text: str | None, flag: str) -> list[str]:
+    """Comma-separated names, each once (``[]`` for ``None``)."""
+    if text is None:
+        return []
+    out = [n.strip() for n in text.split(",")]
+    if not all(out) or len(set(out)) != len(out):
+        raise ConfigError(f"{flag} must list distinct names separated by commas, got {text!r}")
+    return out
+
+
+def _is_mesh_file(path: Path) -> bool:
+    import meshio
+
+    suffixes = [s.lower() for s in path.suffixes]
+    return any("".join(suffixes[i:]) in meshio.extension_to_filetypes for i in range(len(suffixes)))
+
+
+def gather(paths: list[str]) -> list[Path]:
+    """The mesh files that ``paths`` name (files, folders, glob patterns), each once, in order."""
+    files: dict[Path, None] = {}
+    for text in paths:
+        path = Path(text)
+        if glob.has_magic(text):
+            found = [Path(p) for p in sorted(glob.glob(text, recursive=True)) if Path(p).is_file()]
+            if not found:
+                raise ConfigError(f"no file matches {text!r}")
+        elif path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.is_file() and _is_mesh_file(p))
+            if not found:
+                raise ConfigError(f"no mesh file in folder {path}")
+        elif path.exists():
+            found = [path]
+        else:
+            raise FileNotFoundError(f"no mesh file at {path}")
+        files.update(dict.fromkeys(found))
+    return list(files)
+
+
+def read_table(path: Path) -> dict[str, dict]:
+    """Rows of a CSV or JSON parameter table, by file name."""
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError(f"cannot read parameter table {path}: {err.strerror or err}") from err
+    try:
+        if path.suffix.lower() == ".json":
+            rows = json.loads(text)
+            if isinstance(rows, dict):
+                rows = [{"file": k, **v} for k, v in rows.items()]
+            return {str(r.pop("file")): r for r in rows}
+        reader = csv.DictReader(text.splitlines())
+        key = "file" if "file" in (reader.fieldnames or []) else (reader.fieldnames or [None])[0]
+        if key is None:
+            raise ValueError("no columns")
+        return {row.pop(key).strip(): row for row in reader}
+    except (ValueError, TypeError, KeyError, AttributeError) as err:
+        raise ConfigError(f"parameter table {path} is not a table of one row per file ({err})") from err
+
+
+def tables(files: list[Path], params: list[str], given: str | None) -> dict[str, dict]:
+    """The parameter row of each file (by its path as given), from ``given`` or the tables beside it."""
+    if not params:
+        return {}
+    fixed = read_table(Path(given)) if given else None
+    beside: dict[Path, dict | None] = {}
+    out = {}
+    for f in files:
+        if fixed is not None:
+            table = fixed
+        else:
+            if f.parent not in beside:
+                found = [f.parent / t for t in TABLES if (f.parent / t).is_file()]
+                beside[f.parent] = read_table(found[0]) if found else None
+            table = beside[f.parent]
+        if table is not None:
+            row = table.get(f.name, table.get(str(f)))
+            if row is not None:
+                out[str(f)] = row
+    return out
+
+
+def splits(files: list[Path], tests: list[str], fractions: str | None, seed: int) -> dict[str, list[int]]:
+    """Sample indices by split name: the ``--test`` sets, then ``train``/``val``/``test`` by
+    fractions of the rest, shuffled with ``seed``."""
+    named: dict[str, str] = {}
+    for spec in tests:
+        name, sep, pattern = spec.partition("=")
+        name = name.strip()
+        if not sep or not name or not pattern:
+            raise ConfigError(f"--test must be NAME=GLOB, got {spec!r}")
+        if name in named or name in ("train", "val"):
+            raise ConfigError(f"--test name {name!r} is given twice or is train/val")
+        named[name] = pattern
+    out: dict[str, list[int]] = {}
+    rest = []
+    for i, f in enumerate(files):
+        match = next((n for n, p in named.items()
+                      if fnmatch.fnmatch(f.as_posix(), p) or fnmatch.fnmatch(f.name, p)), None)
+        if match is None:
+            rest.append(i)
+        else:
+            out.setdefault(match, []).append(i)
+    empty = [n for n in named if n not in out]
+    if empty:
+        raise ConfigError(f"--test {', '.join(f'{n}={named[n]}' for n in empty)} matches no file")
+    text = fractions or ("0.9,0.1" if named else "0.8,0.1,0.1")
+    try:
+        parts = [float(v) for v in text.split(",")]
+    except ValueError:
+        parts = []
+    if not 2 <= len(parts) <= 3 or any(not 0 <= p <= 1 for p in parts) or abs(sum(parts) - 1) > 1e-6:
+        raise ConfigError(f"--split must be 2 or 3 fractions in [0, 1] summing to 1, got {text!r}")
+    if len(parts) == 3 and parts[2] > 0 and "test" in named:
+        raise ConfigError("--split has a test fraction and a --test set is named 'test'; rename one")
+    order = [rest[i] for i in np.random.default_rng(seed).permutation(len(rest))]
+    counts = [round(p * len(order)) for p in parts[1:]]
+    train = len(order) - sum(counts)
+    if train < 1:
+        raise ConfigError(f"--split {text} leaves no training file of the {len(order)} not in a test set")
+    out["train"] = sorted(order[:train])
+    out["val"] = sorted(order[train:train + counts[0]])
+    if len(counts) == 2 and counts[1]:
+        out["test"] = sorted(order[train + counts[0]:])
+    return {k: out[k] for k in ["train", "val", *[k for k in out if k not in ("train", "val")]]}
+
+
+def options(args: argparse.Namespace) -> dict:
+    """The mesh reader's options given on the command line; one the reader lacks is refused."""
+    from ..data.meshdataset import reader_options
+
+    cell_block = args.cell_block
+    if cell_block is not None and cell_block.strip().lstrip("-").isdigit():
+        cell_block = int(cell_block)
+    given = {"merge_duplicates": args.merge_duplicates, "reorient": args.reorient, "cell_block": cell_block}
+    given = {k: v for k, v in given.items() if v is not None}
+    known = reader_options()
+    missing = [k for k in given if k not in known]
+    if missing:
+        flags = ", ".join("--" + k.replace("_", "-") for k in missing)
+        raise ConfigError(f"this geoattn's mesh reader has no option {flags}")
+    if "merge_duplicates" in given and not given["merge_duplicates"] >= 0:
+        raise ConfigError(f"--merge-duplicates must be a number >= 0, got {args.merge_duplicates}")
+    return given
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..data.meshdataset import write_mesh_dataset
+
+    x, y = names(args.x, "--x"), names(args.y, "--y")
+    params = names(args.params, "--params")
+    reader = options(args)
+    files = gather(args.paths)
+    parts = splits(files, args.test, args.split, args.seed)
+    rows = tables(files, params, args.params_file)
+    path = write_mesh_dataset(args.out, files, x=x, y=y, params=params, splits=parts, tables=rows,
+                              options=reader, progress=not args.no_progress, overwrite=args.overwrite)
+    sizes = ", ".join(f"{k} {len(v)}" for k, v in parts.items())
+    print(f"wrote {path}: {len(files)} samples ({sizes}); x {x}, y {y}" + (f", params {params}" if params else ""))
+    return 0

@@ -1,0 +1,173 @@
+"""`geoattn import`, then `train`, `evaluate` and `predict` on the imported dataset, via main([...])."""
+
+import csv
+import json
+
+import h5py
+import meshio
+import numpy as np
+import pytest
+import torch
+
+from geoattn.cli.main import main
+from geoattn.data import MeshDataset
+from geoattn.data.meshdataset import reader_options
+from geoattn.mesh import read_mesh
+from geoattn.train import load_operator
+from simulation_files import plate_with_hole, simulation
+
+
+def _family(folder, prefix, sizes, start=0):
+    """Files ``<prefix>_<k>.vtu``, each a plate with a hole of its own mesh, and their loads."""
+    loads = {}
+    for k, n in enumerate(sizes):
+        load = 1.0 + 0.5 * (start + k)
+        name = f"{prefix}_{k}.vtu"
+        meshio.write(folder / name, simulation(plate_with_hole(n, seed=start + k), load))
+        loads[name] = load
+    return loads
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("runs")
+    loads = {**_family(folder, "coarse", [6, 6, 7, 7, 6, 7, 6, 7]), **_family(folder, "fine", [10, 11], start=8)}
+    with open(folder / "params.csv", "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["file", "load"])
+        writer.writerows(loads.items())
+    return folder, loads
+
+
+@pytest.fixture(scope="module")
+def imported(runs, tmp_path_factory):
+    folder, _ = runs
+    out = tmp_path_factory.mktemp("data") / "plate.h5"
+    assert main(["import", str(folder), "--x", "kappa", "--y", "T", "--params", "load", "--test",
+                 f"fine={folder}/fine_*", "--split", "0.75,0.25", "--out", str(out), "--no-progress"]) == 0
+    return out
+
+
+def test_import_names_fields_parameters_and_test_sets(imported, runs):
+    _, loads = runs
+    ds = MeshDataset(imported)
+    assert ds.splits == {"train": 6, "val": 2, "fine": 2}
+    assert (ds.x_names, ds.y_names, ds.param_names) == (["kappa"], ["T"], ["load"])
+    for i, name in enumerate(ds.names):
+        assert ds[i].params.item() == loads[name.rsplit("/", 1)[-1]]
+    fine = MeshDataset(imported, "fine")
+    assert all(fine.names[int(i)].rsplit("/", 1)[-1].startswith("fine_") for i in fine._index)
+
+
+def test_train_evaluate_and_predict_on_an_imported_dataset(imported, runs, tmp_path, capsys):
+    folder, loads = runs
+    run = tmp_path / "run"
+    assert main(["train", str(imported), "--out", str(run), "--epochs", "1", "--width", "8", "--depth", "1",
+                 "--batch-size", "2", "--no-progress"]) == 0
+    assert "split 'train'" in capsys.readouterr().out
+    op = load_operator(run / "last.pt")
+    assert op.model.hparams["in_channels"] == 2 and op.model.hparams["out_channels"] == 1  # kappa + load
+    assert json.loads((run / "fields.json").read_text()) == {"x": ["kappa"], "y": ["T"], "params": ["load"]}
+
+    assert main(["evaluate", str(run / "last.pt"), str(imported), "--out", str(tmp_path / "ev")]) == 0
+    rows = [line.split()[0] for line in capsys.readouterr().out.splitlines()[2:] if not line.startswith("wrote")]
+    assert rows == ["fine"]
+    rows = list(csv.DictReader(open(tmp_path / "ev" / "sets.csv")))
+    assert [r["set"] for r in rows] == ["fine"] and rows[0]["samples"] == "2"
+    assert main(["evaluate", str(run / "last.pt"), str(imported), "--sets", "val,fine"]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()[2:]] == ["val", "fine"]
+
+    src, dst = folder / "fine_1.vtu", tmp_path / "pred.vtu"
+    assert main(["predict", "--checkpoint", str(run / "last.pt"), "--mesh", str(src), "-o", str(dst)]) == 0
+    written = meshio.read(dst).point_data["T"]
+    assert written.shape == (len(meshio.read(src).points),)  # one channel: [N], not [N, 1]
+    data = read_mesh(src, x="kappa")
+    x = torch.cat([data.x, torch.full_like(data.x, loads["fine_1.vtu"])], dim=1)
+    with torch.no_grad():
+        expected = op(x, data.pos, data.weight)[:, 0]
+    np.testing.assert_allclose(written, expected.numpy(), rtol=1e-5, atol=1e-6)
+    assert main(["predict", "--checkpoint", str(run / "last.pt"), "--mesh", str(src), "--param", "load=3",
+                 "-o", str(tmp_path / "other.vtu")]) == 0
+    assert not np.allclose(meshio.read(tmp_path / "other.vtu").point_data["T"], written)
+
+
+def test_split_fractions_follow_the_seed(runs, tmp_path):
+    folder, _ = runs
+    picked = {}
+    for seed in (0, 0, 1):
+        out = tmp_path / f"s{seed}.h5"
+        assert main(["import", f"{folder}/coarse_*.vtu", "--x", "kappa", "--y", "T", "--split", "0.5,0.25,0.25",
+                     "--seed", str(seed), "--out", str(out), "--no-progress", "--overwrite"]) == 0
+        with h5py.File(out) as fh:
+            picked.setdefault(seed, []).append({k: fh["splits"][k][:].tolist() for k in fh["splits"]})
+    assert picked[0][0] == picked[0][1] and picked[0][0] != picked[1][0]
+    assert sorted(len(v) for v in picked[0][0].values()) == [2, 2, 4]
+
+
+def test_bad_files_give_one_line_and_write_nothing(runs, tmp_path, capsys):
+    folder, _ = runs
+    good = folder / "coarse_0.vtu"
+    no_t = simulation(plate_with_hole(6), 1.0)
+    del no_t.point_data["T"]
+    meshio.write(tmp_path / "no_t.vtu", no_t)
+    (tmp_path / "broken.vtu").write_text("<VTKFile")
+    short = simulation(plate_with_hole(6), 1.0)
+    short.point_data["T"] = short.point_data["T"][:-1]
+    meshio.write(tmp_path / "short.vtu", short)
+    bad_mesh = simulation(plate_with_hole(6), 1.0)
+    bad_mesh.points[3] = np.nan
+    meshio.write(tmp_path / "nan.vtu", bad_mesh)
+    cases = [("no_t.vtu", "'T'"), ("broken.vtu", "broken.vtu"), ("nan.vtu", "nan.vtu"),
+             ("short.vtu", 'len(point_data["T"])')]
+    out = tmp_path / "d.h5"
+    capsys.readouterr()  # meshio's warnings while writing the files
+    for name, expected in cases:
+        argv = ["import", str(good), str(tmp_path / name), "--x", "kappa", "--y", "T", "--split", "1,0",
+                "--out", str(out), "--no-progress"]
+        assert main(argv) == 2, name
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and name in err and expected in err, err
+        assert not list(tmp_path.glob("d.h5*")) and not list(tmp_path.glob(".d.h5*"))
+    assert main(["import", str(tmp_path / "no_t.vtu"), "--x", "kappa", "--y", "q", "--params", "load",
+                 "--out", str(out), "--split", "1,0", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "no_t.vtu: no parameter 'load'" in err
+    assert main(["import", str(tmp_path / "missing_*.vtu"), "--x", "kappa", "--y", "T", "--out", str(out)]) == 2
+    assert "no file matches" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_reader_flags_reach_the_mesh_reader(runs, tmp_path, capsys):
+    folder, _ = runs
+    mesh = meshio.read(folder / "coarse_0.vtu")
+    flipped = meshio.Mesh(mesh.points, [("triangle", mesh.cells_dict["triangle"][:, [0, 2, 1]])],
+                          point_data=mesh.point_data)
+    meshio.write(tmp_path / "flipped.vtu", flipped)
+    capsys.readouterr()
+    argv = ["import", str(tmp_path / "flipped.vtu"), "--x", "kappa", "--y", "T", "--split", "1,0",
+            "--out", str(tmp_path / "d.h5"), "--no-progress"]
+    assert main(argv) == 2 and "flipped.vtu" in capsys.readouterr().err
+    assert main(argv + ["--reorient"]) == 0
+    options = reader_options()
+    flags = (("--merge-duplicates", "1e-12", "merge_duplicates"), ("--cell-block", "triangle", "cell_block"))
+    for flag, value, key in flags:
+        if key not in options:
+            continue
+        assert main(argv + ["--reorient", "--overwrite", flag, value]) == 0, capsys.readouterr().err
+    assert len(MeshDataset(tmp_path / "d.h5")) == 1
+
+
+def test_evaluate_refuses_meshes_with_unequal_sample_sets(tmp_path, capsys):
+    a, b = tmp_path / "a.h5", tmp_path / "b.h5"
+    assert main(["generate", "--mesh", "train=meshes/square_irregular.vtu", "--n", "3", "--out", str(a),
+                 "--no-progress"]) == 0
+    assert main(["generate", "--mesh", "graded=meshes/square_graded.vtu", "--n", "2", "--out", str(b),
+                 "--no-progress"]) == 0
+    config = tmp_path / "c.toml"
+    config.write_text('[model]\nname = "tno"\nwidth = 8\ndepth = 1\n[train]\nepochs = 1\nbatch_size = 2\n')
+    assert main(["train", str(a), "--config", str(config), "--out", str(tmp_path / "run"), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(tmp_path / "run" / "last.pt"), str(a), str(b)]) == 2
+    err = capsys.readouterr().err
+    assert "'train' 3, 'graded' 2" in err and err.count("\n") == 1
+    assert main(["evaluate", str(tmp_path / "run" / "last.pt"), str(a), str(b), "--first", "2"]) == 0
