@@ -1,6 +1,7 @@
 """``benchmarks/lorenz_cde.py`` on a tiny setting (the full run is a benchmark)."""
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -31,8 +32,9 @@ def test_grids_and_scales_are_the_papers(script):
     assert {k: len(v) for k, v in g.items()} == {
         "uniform": 201, "nonuniform": 151, "dt=0.005": 401, "dt=0.0075": 268, "dt=0.015": 135, "dt=0.02": 101}
     assert all(v[0] == 0.0 and v[-1] == 2.0 for v in g.values())
-    gpu = script.SCALES["gpu"]
-    assert (gpu.n_train, gpu.n_test, gpu.width, gpu.depth) == (8000, 1000, 128, 6)
+    paper = script.SCALES["paper"]
+    assert (paper.n_train, paper.n_test, paper.width, paper.depth, paper.ff_mult) == (8000, 1000, 128, 6, 1)
+    assert script.SCALES["gpu"] == paper
 
 
 def test_tiny_run_writes_results_tables_and_figures(script, tiny_run, capsys):
@@ -65,3 +67,50 @@ def test_example_is_the_weighted_models_prediction_on_the_median_sample(tiny_run
         np.testing.assert_allclose(np.array(ex["t"]), data.pos[:, 0].numpy())
         err = relative_l2(torch.tensor(ex["weighted"]), data.y, data.weight)
         assert float(err) == pytest.approx(res["models"]["weighted"]["errors"]["nonuniform"]["median"], rel=1e-5)
+
+
+class Cut(Exception):
+    """A run cut off between epochs."""
+
+
+def _scores(results):
+    """Each model's errors and training error (not its timings)."""
+    return {e: {m: (r["errors"], r["train_error"]) for m, r in res["models"].items()}
+            for e, res in results.items()}
+
+
+def test_run_cut_off_resumes_to_the_uninterrupted_result(script, tmp_path, monkeypatch):
+    """The paper preset's code path in miniature: cut off in the second epoch of the first model,
+    the same command again ends with the errors of an uninterrupted run, and a third run trains
+    nothing."""
+    threads = torch.get_num_threads()
+    args = ["--experiment", "lorenz2", "--scale", "paper-tiny", "--device", "cpu", "--no-progress",
+            "--threads", str(threads)]
+    whole = script.main(args + ["--out", str(tmp_path / "whole.json")])
+    runs = sys.modules["runs"]
+    trainer = runs.Trainer
+
+    class CutTrainer(trainer):
+        def fit(self, train, val=None, resume=False, on_step=None):
+            def cut(epoch, step):
+                if epoch == 1:
+                    raise Cut
+            return super().fit(train, val, resume, on_step=cut)
+
+    monkeypatch.setattr(runs, "Trainer", CutTrainer)
+    with pytest.raises(Cut):
+        script.main(args + ["--out", str(tmp_path / "cut.json")])
+    first = tmp_path / "cut_runs" / "runs" / "lorenz2-weighted"
+    assert (first / "last.pt").exists() and not (first / "result.json").exists()
+    monkeypatch.setattr(runs, "Trainer", trainer)
+    resumed = script.main(args + ["--out", str(tmp_path / "cut.json")])
+    assert _scores(resumed) == _scores(whole)
+    model = resumed["lorenz2"]["models"]["weighted"]
+    assert model["seconds"] >= model["train_seconds"] > 0
+
+    class NoTrainer(trainer):
+        def fit(self, *args, **kwargs):
+            raise AssertionError("a finished model was trained again")
+
+    monkeypatch.setattr(runs, "Trainer", NoTrainer)
+    assert _scores(script.main(args + ["--out", str(tmp_path / "cut.json")])) == _scores(whole)
