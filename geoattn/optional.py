@@ -15,6 +15,7 @@ extra            packages             features
 ``nufft``        finufft              NUFFT spectral transforms (dense transforms otherwise)
 ``tensorboard``  tensorboard          TensorBoard logs of training (``--tensorboard``)
 ``all``          all six              the demo and the test suite
+``pyvista``      pyvista              ``from_pyvista`` / ``to_pyvista`` (meshes held as pyvista)
 ===============  ===================  ===================================================
 """
 
