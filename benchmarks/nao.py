@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -31,7 +30,6 @@ from geoattn.nao import (NAO, RadialKernelProblem, TokenMesh, diverse_kernels, f
                          fit_kernel_layer, gaussian_kernel, green_kernel, kernel_error,
                          microstructure_tasks, normal_equations, ood1_kernel, operator_error,
                          radial_density, recover_microstructure, sine_kernel)
-from geoattn.optional import progress as progress_bar
 from runs import ModelRun
 
 log = logging.getLogger("benchmarks.nao")
@@ -128,59 +126,19 @@ def _score_radial(model, train, tests, u, f, systems, su, sf, kernels, name) -> 
     return out
 
 
-def fit_adam_checkpointed(model, u, f, mesh, mesh_query, folder: Path | None = None, *, epochs: int,
-                          lr: float, batch_size: int, weight_decay: float, clip: float | None = 1.0,
-                          step_size: int = 100, gamma: float = 0.9, seed: int = 0, every: int = 100,
-                          progress: bool = False) -> list[float]:
-    """:func:`~geoattn.nao.fit_adam` (the same steps; meshes shared by the systems only) with a
-    checkpoint ``folder/last.pt`` (model, optimiser, schedule, shuffle generator, history) every
-    ``every`` epochs and after the last, from which a run cut off continues to the weights of an
-    uninterrupted one. Returns the training E_f of every epoch and the training seconds, both
-    over all sessions (the seconds of epochs past the last checkpoint of a session cut off are
-    not counted; those epochs are trained again)."""
-    if mesh.weight.shape[0] != 1 or mesh_query.weight.shape[0] != 1:
-        raise ValueError("fit_adam_checkpointed takes meshes shared by all systems (G = 1)")
-    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
-    schedule = torch.optim.lr_scheduler.StepLR(opt, step_size=step_size, gamma=gamma)
-    generator = torch.Generator().manual_seed(seed)
-    history, seconds, last = [], 0.0, None if folder is None else Path(folder) / "last.pt"
-    if last is not None:
-        last.parent.mkdir(parents=True, exist_ok=True)
-    if last is not None and last.exists():
-        state = torch.load(last, weights_only=True)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        schedule.load_state_dict(state["schedule"])
-        generator.set_state(state["generator"])
-        history, seconds = list(state["history"]), float(state["seconds"])
-        log.info("resuming %s after epoch %d", last, len(history) - 1)
+def fit_adam_checkpointed(model, u, f, mesh, mesh_query, folder: Path | None = None, *, every: int = 100,
+                          progress: bool = False, **settings) -> tuple[list[float], float]:
+    """:func:`~geoattn.nao.fit_adam` keeping its run in ``folder/last.pt`` (every ``every`` epochs
+    and after the last), from which a run cut off continues to the weights of an uninterrupted
+    one. Returns the training E_f of every epoch and the training seconds, both over all sessions
+    (epochs past the last checkpoint of a session cut off are trained again and not counted)."""
+    last = None if folder is None else Path(folder) / "last.pt"
     tic = time.perf_counter()
-    bar = progress_bar(total=epochs - len(history), enabled=progress, desc="NAO", unit="epoch")
-    for epoch in range(len(history), epochs):
-        order = torch.randperm(len(u), generator=generator)
-        total = 0.0
-        for i in range(0, len(u), batch_size):
-            idx = order[i:i + batch_size]
-            pred = model.forward_dense(u[idx], f[idx], mesh, mesh_query)
-            loss = operator_error(pred, f[idx], mesh_query.weight).mean()  # quadrature-ok: over systems
-            opt.zero_grad()
-            loss.backward()
-            if clip is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-            opt.step()
-            total += loss.item() * len(idx)
-        schedule.step()
-        history.append(total / len(u))
-        bar.update()
-        bar.set_postfix(E_f=f"{history[-1]:.4f}")
-        if last is not None and (epoch + 1 == epochs or (epoch + 1) % every == 0):
-            tmp = last.with_suffix(".tmp")
-            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                        "schedule": schedule.state_dict(), "generator": generator.get_state(),
-                        "history": history, "seconds": seconds + time.perf_counter() - tic}, tmp)
-            os.replace(tmp, last)
-    bar.close()
-    return history, seconds + time.perf_counter() - tic
+    history = fit_adam(model, u, f, mesh, mesh_query, checkpoint=last, checkpoint_every=every,
+                       progress=progress, **settings)
+    if last is None:
+        return history, time.perf_counter() - tic
+    return history, float(torch.load(last, weights_only=True)["seconds"])
 
 
 def radial_paper(args, prob, train, tests, u, f, systems, su, sf, results, kernels):

@@ -45,9 +45,11 @@ import logging
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
+from ..atomic import atomic_path
 from ..optional import progress as progress_bar
 from .metrics import operator_error
 from .model import TokenMesh
@@ -251,7 +253,8 @@ def fit_adam(model, u: torch.Tensor, f: torch.Tensor, mesh: TokenMesh,
              mesh_query: TokenMesh | None = None, *, epochs: int = 100, lr: float = 3e-3,
              batch_size: int = 20, weight_decay: float = 1e-5, clip: float | None = 1.0,
              step_size: int = 100, gamma: float = 0.9, seconds: float | None = None,
-             seed: int | None = None, progress: bool = False) -> list[float]:
+             seed: int | None = None, progress: bool = False, checkpoint: str | Path | None = None,
+             checkpoint_every: int = 100) -> list[float]:
     r"""Train all parameters of ``model`` by Adam on the mean operator error :math:`E_f`.
 
     The loss of a mini-batch is the mean over its systems of
@@ -271,21 +274,37 @@ def fit_adam(model, u: torch.Tensor, f: torch.Tensor, mesh: TokenMesh,
         seconds (float, optional): stop after the epoch that passes this wall time.
         seed (int, optional): seed of the shuffles (default: ``None``, torch's global generator).
         progress (bool, optional): show a progress bar. (default: ``False``)
+        checkpoint (str or Path, optional): a file to keep the run in (model, optimiser, schedule,
+            shuffle generator, history and training seconds), written atomically every
+            ``checkpoint_every`` epochs and after the last; when it exists, the run continues
+            from it, to the weights of an uninterrupted run (needs ``seed``). (default: ``None``)
+        checkpoint_every (int, optional): epochs between checkpoints. (default: ``100``)
 
     Returns:
-        the mean training :math:`E_f` of each epoch run.
+        the mean training :math:`E_f` of each epoch run (with ``checkpoint``: of every epoch, over
+        all sessions; the checkpoint's ``"seconds"`` is the training time over all of them).
     """
     if u.shape[0] != f.shape[0] or u.shape[2] != f.shape[2]:
         raise ValueError(f"u {tuple(u.shape)} and f {tuple(f.shape)} must have the same systems "
                          "and pairs")
     if epochs < 0 or batch_size < 1:
         raise ValueError(f"need epochs >= 0 and batch_size >= 1, got {epochs} and {batch_size}")
+    if checkpoint is not None and (seed is None or checkpoint_every < 1):
+        raise ValueError("a checkpointed run needs a seed (to resume its shuffles) and checkpoint_every >= 1")
     mesh_query = mesh if mesh_query is None else mesh_query
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     schedule = torch.optim.lr_scheduler.StepLR(opt, step_size=step_size, gamma=gamma)
     generator = None if seed is None else torch.Generator().manual_seed(seed)
-    start, history = time.perf_counter(), []
-    for epoch in progress_bar(range(epochs), enabled=progress, desc="NAO", unit="epoch"):
+    start, history, before = time.perf_counter(), [], 0.0
+    if checkpoint is not None and Path(checkpoint).exists():
+        state = torch.load(checkpoint, weights_only=True)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        generator.set_state(state["generator"])
+        history, before = list(state["history"]), float(state["seconds"])
+        log.info("fit_adam: resuming %s after epoch %d", checkpoint, len(history) - 1)
+    for epoch in progress_bar(range(len(history), epochs), enabled=progress, desc="NAO", unit="epoch"):
         order = torch.randperm(len(u), generator=generator)
         total = 0.0
         for i in range(0, len(u), batch_size):
@@ -302,6 +321,11 @@ def fit_adam(model, u: torch.Tensor, f: torch.Tensor, mesh: TokenMesh,
         schedule.step()
         history.append(total / len(u))
         log.debug("epoch %d: train E_f %.4f", epoch, history[-1])
+        if checkpoint is not None and (epoch + 1 == epochs or (epoch + 1) % checkpoint_every == 0):
+            with atomic_path(checkpoint) as tmp:
+                torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                            "schedule": schedule.state_dict(), "generator": generator.get_state(),
+                            "history": history, "seconds": before + time.perf_counter() - start}, tmp)
         if seconds is not None and time.perf_counter() - start > seconds:
             log.info("fit_adam: time limit reached after epoch %d", epoch)
             break
