@@ -33,3 +33,35 @@ def load_script():
 def script(request, load_script):
     """The script of ``benchmarks/`` that the test module names in its ``SCRIPT``."""
     return load_script(request.module.SCRIPT)
+
+
+class Cut(Exception):
+    """A run cut off between epochs."""
+
+
+@pytest.fixture
+def run_trainer(script, monkeypatch):
+    """Choose the Trainer that ``benchmarks/runs.py`` trains with: ``run_trainer("cut")`` stops
+    every run at the start of its second epoch (raising ``run_trainer.Cut``), ``"none"`` fails on
+    any training (a finished model must not be trained again), ``"real"`` puts the real one back."""
+    runs = sys.modules["runs"]
+    real = runs.Trainer
+
+    class CutTrainer(real):
+        def fit(self, train, val=None, resume=False, on_step=None):
+            def cut(epoch, step):
+                if epoch == 1:
+                    raise Cut
+            return super().fit(train, val, resume, on_step=cut)
+
+    class NoTrainer(real):
+        def fit(self, *args, **kwargs):
+            raise AssertionError("a finished model was trained again")
+
+    kinds = {"cut": CutTrainer, "none": NoTrainer, "real": real}
+
+    def use(kind: str) -> None:
+        monkeypatch.setattr(runs, "Trainer", kinds[kind])
+
+    use.Cut = Cut
+    return use

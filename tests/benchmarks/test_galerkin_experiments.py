@@ -1,7 +1,6 @@
 """Smoke runs of ``benchmarks/galerkin_experiments.py`` at the tiny scale, and its pieces."""
 
 import json
-import sys
 
 import pytest
 import torch
@@ -72,47 +71,28 @@ def test_paper_preset_is_cao_table_2a(script):
     assert 5e5 < sum(p.numel() for p in model.parameters()) < 1e6
 
 
-class Cut(Exception):
-    """A run cut off between epochs."""
-
-
 def _scores(rows):
     """The rows without their timings."""
     return {k: {c: v for c, v in row.items() if "seconds" not in c} for k, row in rows.items()}
 
 
-def test_burgers_run_cut_off_resumes_to_the_uninterrupted_result(script, tmp_path, monkeypatch):
+def test_burgers_run_cut_off_resumes_to_the_uninterrupted_result(script, tmp_path, run_trainer):
     """The paper preset's code path in miniature: a run cut off after the first epoch of its first
     model, run again with the same command, ends with the scores of an uninterrupted run; a third
     run trains nothing and reports the same; other settings in the same folder are refused."""
     args = ["--experiment", "burgers", "--scale", "paper-tiny", *THREADS]
     whole = script.main(args + ["--out", str(tmp_path / "whole")])["rows"]
-    runs = sys.modules["runs"]
-    trainer = runs.Trainer
-
-    class CutTrainer(trainer):
-        def fit(self, train, val=None, resume=False, on_step=None):
-            def cut(epoch, step):
-                if epoch == 1:
-                    raise Cut
-            return super().fit(train, val, resume, on_step=cut)
-
-    monkeypatch.setattr(runs, "Trainer", CutTrainer)
-    with pytest.raises(Cut):
+    run_trainer("cut")
+    with pytest.raises(run_trainer.Cut):
         script.main(args + ["--out", str(tmp_path / "cut")])
     first = tmp_path / "cut" / "runs" / "GT-64"
     assert (first / "last.pt").exists() and not (first / "result.json").exists()
     assert not (tmp_path / "cut" / "runs" / "FT-64").exists()
-    monkeypatch.setattr(runs, "Trainer", trainer)
+    run_trainer("real")
     resumed = script.main(args + ["--out", str(tmp_path / "cut")])["rows"]
     assert _scores(resumed) == _scores(whole)
     assert all(row["seconds"] >= row["train_seconds"] > 0 for row in resumed.values())
-
-    class NoTrainer(trainer):
-        def fit(self, *args, **kwargs):
-            raise AssertionError("a finished model was trained again")
-
-    monkeypatch.setattr(runs, "Trainer", NoTrainer)
+    run_trainer("none")
     again = script.main(args + ["--out", str(tmp_path / "cut")])["rows"]
     assert again == resumed
     with pytest.raises(ValueError, match="other settings"):

@@ -1,7 +1,6 @@
 """``benchmarks/lorenz_cde.py`` on a tiny setting (the full run is a benchmark)."""
 
 import json
-import sys
 
 import numpy as np
 import pytest
@@ -69,17 +68,13 @@ def test_example_is_the_weighted_models_prediction_on_the_median_sample(tiny_run
         assert float(err) == pytest.approx(res["models"]["weighted"]["errors"]["nonuniform"]["median"], rel=1e-5)
 
 
-class Cut(Exception):
-    """A run cut off between epochs."""
-
-
 def _scores(results):
     """Each model's errors and training error (not its timings)."""
     return {e: {m: (r["errors"], r["train_error"]) for m, r in res["models"].items()}
             for e, res in results.items()}
 
 
-def test_run_cut_off_resumes_to_the_uninterrupted_result(script, tmp_path, monkeypatch):
+def test_run_cut_off_resumes_to_the_uninterrupted_result(script, tmp_path, run_trainer):
     """The paper preset's code path in miniature: cut off in the second epoch of the first model,
     the same command again ends with the errors of an uninterrupted run, and a third run trains
     nothing."""
@@ -87,30 +82,15 @@ def test_run_cut_off_resumes_to_the_uninterrupted_result(script, tmp_path, monke
     args = ["--experiment", "lorenz2", "--scale", "paper-tiny", "--device", "cpu", "--no-progress",
             "--threads", str(threads)]
     whole = script.main(args + ["--out", str(tmp_path / "whole.json")])
-    runs = sys.modules["runs"]
-    trainer = runs.Trainer
-
-    class CutTrainer(trainer):
-        def fit(self, train, val=None, resume=False, on_step=None):
-            def cut(epoch, step):
-                if epoch == 1:
-                    raise Cut
-            return super().fit(train, val, resume, on_step=cut)
-
-    monkeypatch.setattr(runs, "Trainer", CutTrainer)
-    with pytest.raises(Cut):
+    run_trainer("cut")
+    with pytest.raises(run_trainer.Cut):
         script.main(args + ["--out", str(tmp_path / "cut.json")])
     first = tmp_path / "cut_runs" / "runs" / "lorenz2-weighted"
     assert (first / "last.pt").exists() and not (first / "result.json").exists()
-    monkeypatch.setattr(runs, "Trainer", trainer)
+    run_trainer("real")
     resumed = script.main(args + ["--out", str(tmp_path / "cut.json")])
     assert _scores(resumed) == _scores(whole)
     model = resumed["lorenz2"]["models"]["weighted"]
     assert model["seconds"] >= model["train_seconds"] > 0
-
-    class NoTrainer(trainer):
-        def fit(self, *args, **kwargs):
-            raise AssertionError("a finished model was trained again")
-
-    monkeypatch.setattr(runs, "Trainer", NoTrainer)
+    run_trainer("none")
     assert _scores(script.main(args + ["--out", str(tmp_path / "cut.json")])) == _scores(whole)
