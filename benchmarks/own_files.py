@@ -303,7 +303,10 @@ def main(argv: list[str] | None = None) -> dict:
         out.mkdir(parents=True, exist_ok=True)
         results = run(scale, models, out, mesher, parts)
         (out / "results.json").write_text(json.dumps(results, indent=2))
-    command = "python benchmarks/own_files.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    # the page names the output folder, not where it lay on the machine that ran it
+    given = [Path(a).name if i and given[i - 1] == "--out" else a for i, a in enumerate(given)]
+    command = "python benchmarks/own_files.py " + " ".join(given)
     page = markdown(results, command.strip())
     print(page)
     if args.docs:
