@@ -9,6 +9,7 @@ from .base import MODELS, NeuralOperator, build_model
 from .galerkin import GalerkinTransformer
 from .fno import MeshFNO
 from .gno import GNO
+from .multigrid import MultigridOperator
 from .patched import FANO, ViTNO
 from .slice import SliceTransformer
 from .tno import TNO
@@ -19,6 +20,7 @@ __all__ = [
     "GalerkinTransformer",
     "MODELS",
     "MeshFNO",
+    "MultigridOperator",
     "NeuralOperator",
     "SliceTransformer",
     "TNO",

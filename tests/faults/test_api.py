@@ -16,7 +16,7 @@ from geoattn.train import NormalizedOperator, Trainer
 
 SMALL = {"tno": {"num_heads": 2}, "galerkin": {"num_heads": 2}, "vit": {"num_heads": 2, "num_patches": 4},
          "fano": {"num_heads": 2, "num_patches": 4}, "slice": {"num_heads": 2, "num_slices": 4},
-         "gno": {"radius": 0.5}, "mesh_fno": {}}
+         "gno": {"radius": 0.5}, "mesh_fno": {}, "multigrid": {"grid": 4, "levels": 2}}
 
 
 def _model(name):

@@ -77,7 +77,8 @@ def test_coordinate_features_are_fourier_features_of_the_position():
 
 
 SMALL = {"tno": {}, "galerkin": {}, "gno": {"radius": 0.5}, "slice": {"num_slices": 4},
-         "mesh_fno": {"modes": 1}, "vit": {"num_patches": 2, "modes": 1}, "fano": {"num_patches": 2, "modes": 1}}
+         "mesh_fno": {"modes": 1}, "vit": {"num_patches": 2, "modes": 1}, "fano": {"num_patches": 2, "modes": 1},
+         "multigrid": {"grid": 4, "levels": 2}}
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))

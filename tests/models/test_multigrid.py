@@ -1,0 +1,246 @@
+"""The multigrid operator: its transfers against loops over nodes and cells, convergence under
+refinement, the quadrature properties, batching, trained transfer and linear cost."""
+
+import itertools
+import math
+import time
+
+import numpy as np
+import pytest
+import torch
+from smooth_inputs import smooth_input
+
+from geoattn import testing
+from geoattn.errors import ConfigError
+from geoattn.mesh import families, from_meshio
+from geoattn.models import MultigridOperator, build_model
+from geoattn.models.multigrid import grid_stencil, prolong_to_nodes, restrict_to_grid
+
+
+def _model(**kw):
+    torch.manual_seed(0)
+    return MultigridOperator(2, 1, **{"width": 8, "depth": 2, "grid": 4, "levels": 2, **kw}).double().eval()
+
+
+def _phi_1d(t: float, j: int, n: int) -> float:
+    """Cell ``j`` of ``n``'s basis function at ``t`` (in cell units from the box's face): the hat
+    of half-width 1 around the centre ``j + 1/2``, equal to 1 past the outer centres."""
+    if (j == 0 and t <= 0.5) or (j == n - 1 and t >= n - 0.5):
+        return 1.0
+    return max(0.0, 1.0 - abs(t - (j + 0.5)))
+
+
+def _phi(x, cell, box, shape) -> float:
+    r"""The multilinear basis :math:`\phi_c(x) = \prod_k \phi_{c_k}(x_k)`."""
+    out = 1.0
+    for k, (j, n) in enumerate(zip(cell, shape)):
+        t = (min(max(float(x[k]), box[0][k]), box[1][k]) - box[0][k]) / ((box[1][k] - box[0][k]) / n)
+        out *= _phi_1d(t, j, n)
+    return out
+
+
+def _reference_restriction(h, pos, weight, batch, box, shape):
+    """``sum_i w_i phi_c(x_i) h_i / sum_i w_i phi_c(x_i)`` and ``sum_i w_i phi_c(x_i) / |c|``,
+    one cell and one node at a time."""
+    graphs = int(batch.max()) + 1
+    volume = math.prod((b - a) / n for a, b, n in zip(*box, shape))
+    means, coverages = [], []
+    for g in range(graphs):
+        mean, coverage = [], []
+        for cell in itertools.product(*(range(n) for n in shape)):
+            mass, moment = 0.0, torch.zeros(h.shape[1], dtype=h.dtype)
+            for i in range(len(pos)):
+                if batch[i] == g:
+                    mass = mass + weight[i] * _phi(pos[i], cell, box, shape)
+                    moment = moment + weight[i] * _phi(pos[i], cell, box, shape) * h[i]
+            mean.append(moment / mass if mass > 0 else moment)
+            coverage.append(mass / volume)
+        means.append(torch.stack(mean, -1).reshape(h.shape[1], *shape))
+        coverages.append(torch.stack(coverage).reshape(1, *shape))
+    return torch.stack(means), torch.stack(coverages)
+
+
+def _reference_prolongation(grid, pos, batch, box, shape):
+    """``sum_c phi_c(x_i) g_c`` for every node, summing over every cell."""
+    rows = []
+    for i in range(len(pos)):
+        value = torch.zeros(grid.shape[1], dtype=grid.dtype)
+        for cell in itertools.product(*(range(n) for n in shape)):
+            value = value + _phi(pos[i], cell, box, shape) * grid[(int(batch[i]), slice(None), *cell)]
+        rows.append(value)
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("box, shape", [(((0.0, 0.0), (1.0, 1.0)), (4, 3)),
+                                        (((-1.0, 0.0, 0.5), (1.0, 2.0, 1.0)), (2, 3, 2))])
+def test_transfers_match_loops_over_nodes_and_cells(box, shape):
+    """Restriction and prolongation, outputs and gradients (in h, the weights and the grid
+    values), equal the formulas evaluated cell by cell and node by node, to float64 rounding:
+    each entry is a sum of at most N (here 30) terms of magnitude <= max |h| * max w, so the two
+    summation orders differ by a few N eps; 1e-12 bounds that with room and catches any wrong
+    corner, weight or normalisation (which move entries by O(1e-2) or more). Nodes outside the
+    box and nodes of weight 0 are included, in two graphs."""
+    gen = torch.Generator().manual_seed(0)
+    d, n = len(shape), 30
+    lo, hi = torch.tensor(box[0], dtype=torch.float64), torch.tensor(box[1], dtype=torch.float64)
+    pos = lo + (hi - lo) * (1.2 * torch.rand(n, d, generator=gen, dtype=torch.float64) - 0.1)
+    weight = torch.rand(n, generator=gen, dtype=torch.float64)
+    weight[[3, 17]] = 0.0
+    h = torch.randn(n, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    weight.requires_grad_(True)
+    batch = torch.cat([torch.zeros(12, dtype=torch.long), torch.ones(n - 12, dtype=torch.long)])
+    stencil = grid_stencil(pos, batch, torch.stack([lo, hi]), shape)
+    volume = math.prod((b - a) / m for a, b, m in zip(*box, shape))
+    mean, coverage = restrict_to_grid(h, weight, stencil, volume)
+    ref_mean, ref_coverage = _reference_restriction(h, pos, weight, batch, box, shape)
+    testing.assert_matches_reference(torch.cat([mean, coverage], 1), torch.cat([ref_mean, ref_coverage], 1),
+                                     [h, weight], generator=gen, atol=1e-12, rtol=0)
+    grid = torch.randn(2, 3, *shape, generator=gen, dtype=torch.float64, requires_grad=True)
+    testing.assert_matches_reference(prolong_to_nodes(grid, stencil),
+                                     _reference_prolongation(grid, pos, batch, box, shape),
+                                     [grid], generator=gen, atol=1e-12, rtol=0)
+
+
+def _exact_hat_averages(f, n: int) -> torch.Tensor:
+    r""":math:`\int \phi_c f / \int \phi_c` on the unit square's ``n x n`` grid, by 8-point
+    Gauss-Legendre on each square of side ``1 / (2n)`` between the cells' centres and faces (on
+    which :math:`\phi_c` is a polynomial of degree <= 1 per axis)."""
+    x, w = (torch.tensor(a) for a in np.polynomial.legendre.leggauss(8))
+    s = 1.0 / (2 * n)
+    edges = torch.arange(2 * n, dtype=torch.float64) * s
+    px = (edges[:, None] + (x[None, :] + 1) * s / 2).reshape(-1)  # (2n * 8,)
+    pw = (w * s / 2).repeat(2 * n)
+    grid = torch.stack(torch.meshgrid(px, px, indexing="ij"), -1).reshape(-1, 2)
+    weight = torch.outer(pw, pw).reshape(-1)
+    stencil = grid_stencil(grid, None, torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=torch.float64), (n, n))
+    mean, _ = restrict_to_grid(f(grid), weight, stencil, 1.0 / n**2)
+    return mean
+
+
+def test_restriction_converges_at_second_order_to_hat_averages():
+    r"""On red refinements of an irregular mesh, the restriction of a smooth function converges
+    to its exact :math:`\phi_c`-weighted cell averages at second order in the mesh size, and the
+    covered fraction to 1 (the mesh covers the box)."""
+    def f(pos):
+        return torch.stack([torch.sin(2 * pos[:, 0]) * torch.cos(3 * pos[:, 1]) + pos[:, 0] ** 2], 1)
+
+    n = 4
+    exact = _exact_hat_averages(f, n)
+    box = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
+    errors, coverage_errors, h = [], [], []
+    for t in range(1, 5):
+        d = from_meshio(families.refine(families.unit_square(4, "irregular", seed=1), t), dtype=torch.float64)
+        mean, coverage = restrict_to_grid(f(d.pos), d.weight, grid_stencil(d.pos, None, box, (n, n)), 1.0 / n**2)
+        errors.append(float((mean - exact).abs().max()))
+        coverage_errors.append(float((coverage - 1).abs().max()))
+        h.append(2.0**-t)
+    testing.assert_convergence_rate(h, errors, 2.0, tol=0.3)
+    testing.assert_convergence_rate(h, coverage_errors, 2.0, tol=0.3)
+    assert errors[-1] < 1e-3, errors
+
+
+def test_coverage_reads_the_domain_inside_the_box():
+    r"""On the L-shaped domain in the box :math:`[-1, 1]^2` (4 x 4 cells), a cell whose basis
+    function lies in the missing quadrant reads :math:`\kappa = 0` exactly and a restricted value
+    of 0; cells inside read 1; the cell centred at ``(0.75, 0.25)``, whose hat reaches ``y =
+    -0.25``, reads the fraction :math:`\int_{y > 0} \phi_c / \int \phi_c = 7/8`, and the one
+    below it 1/8 (and (-0.25, 0.25), whose hat reaches the quadrant by 1/8 per axis, 63/64).
+    The tolerance 1e-2 bounds the lumped quadrature's error for the bilinear :math:`\phi_c` at
+    h = 1/8 (about 5e-3 here, falling 4x per refinement)."""
+    d = from_meshio(families.l_shape(8), dtype=torch.float64)
+    box = torch.tensor([[-1.0, -1.0], [1.0, 1.0]], dtype=torch.float64)
+    mean, coverage = restrict_to_grid(torch.ones(len(d.pos), 1, dtype=torch.float64), d.weight,
+                                      grid_stencil(d.pos, None, box, (4, 4)), 0.25)
+    assert coverage[0, 0, 3, 0] == 0 and mean[0, 0, 3, 0] == 0  # cell (x, y) = (0.75, -0.75)
+    for cell, fraction in (((0, 3), 1.0), ((0, 1), 1.0), ((1, 2), 63 / 64), ((3, 2), 7 / 8), ((3, 1), 1 / 8)):
+        assert abs(float(coverage[(0, 0, *cell)]) - fraction) < 1e-2, (cell, coverage[0, 0])
+    torch.testing.assert_close(mean[coverage > 0], torch.ones_like(mean[coverage > 0]))  # averages of 1
+
+
+def test_untrained_model_converges_under_refinement_of_graded_mesh():
+    testing.assert_model_converges(_model(), smooth_input, families.unit_square(4, "graded"))
+
+
+def test_batched_equals_separate_and_hparams_rebuild(two_meshes):
+    testing.assert_batched_equals_separate(_model(), two_meshes)
+    assert build_model("multigrid", in_channels=1, out_channels=1).hparams["grid"] == 16
+
+
+def test_quadrature_properties(two_meshes):
+    """Renumbering nodes, appending nodes of weight 0 and splitting a node's weight between two
+    copies change no output (the restriction sees the same measure); in a batch too."""
+    model, gen = _model(), torch.Generator().manual_seed(0)
+    d = two_meshes[1]
+    testing.assert_permutation_equivariant(model, d.x, d.pos, d.weight, generator=gen)
+    testing.assert_padding_invariant(model, d.x, d.pos, d.weight, generator=gen)
+    testing.assert_duplication_invariant(model, d.x, d.pos, d.weight, index=7)
+    samples = [(m.x, m.pos, m.weight) for m in two_meshes]
+    testing.assert_batch_independent(model, samples)
+    batch = torch.cat([torch.full((len(m.pos),), i) for i, m in enumerate(two_meshes)])
+    x, pos, weight = (torch.cat(t) for t in zip(*samples))
+    testing.assert_permutation_equivariant(model, x, pos, weight, batch, generator=gen)
+    testing.assert_padding_invariant(model, x, pos, weight, batch, generator=gen)
+
+
+def test_rejects_mismatched_inputs_and_bad_configurations():
+    testing.assert_rejects_mismatched_inputs(_model())
+    for bad in ({"grid": 6, "levels": 3}, {"grid": (4, 4, 4)}, {"grid": 1, "levels": 1},
+                {"box": ((0.0, 0.0), (1.0, 0.0))}, {"box": ((0.0,), (1.0,))}, {"dim": 4}):
+        with pytest.raises(ConfigError):
+            MultigridOperator(1, 1, **bad)
+
+
+def test_runs_in_one_and_three_dimensions():
+    """The same construction on an interval and on a cube: finite outputs, and batched equals
+    separate."""
+    torch.manual_seed(0)
+    line = MultigridOperator(1, 1, dim=1, width=4, grid=8, levels=3).double()
+    pos = torch.rand(20, 1, dtype=torch.float64)
+    out = line(pos.sin(), pos, torch.full((20,), 0.05, dtype=torch.float64))
+    cube = MultigridOperator(1, 2, dim=3, width=4, grid=4, levels=2).double()
+    pos = torch.rand(30, 3, dtype=torch.float64)
+    x, w, batch = pos[:, :1], torch.full((30,), 1 / 15, dtype=torch.float64), (torch.arange(30) >= 15).long()
+    both = cube(x, pos, w, batch)
+    torch.testing.assert_close(both, torch.cat([cube(x[:15], pos[:15], w[:15]), cube(x[15:], pos[15:], w[15:])]))
+    assert out.shape == (20, 1) and both.shape == (30, 2) and torch.isfinite(both).all()
+
+
+def test_forward_cost_is_linear_in_the_nodes():
+    """The forward pass on 4x the nodes (two red refinements) takes less than 6x as long: the
+    node work (lift, one scatter and one gather per block, projection) is O(N) and the grid work
+    does not depend on N, so the ratio should be about 4 or less; 6 leaves room for timer noise on
+    a shared machine while still failing for any O(N log N) term large enough to matter or any
+    O(N^2) one. Each time is the best of 5 runs on one thread (other threads of a shared machine
+    add noise, not cost)."""
+    model = MultigridOperator(2, 1, width=8, depth=2, grid=16, levels=3).eval()
+    mesh = families.unit_square(8, "irregular", seed=1)
+    times, threads = [], torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for t in (4, 5):
+            d = from_meshio(families.refine(mesh, t), dtype=torch.float32)
+            x = smooth_input(d.pos)
+            with torch.no_grad():
+                model(x, d.pos, d.weight)  # warm-up
+                best = math.inf
+                for _ in range(5):
+                    start = time.perf_counter()
+                    model(x, d.pos, d.weight)
+                    best = min(best, time.perf_counter() - start)
+            times.append((len(d.pos), best))
+    finally:
+        torch.set_num_threads(threads)
+    (n0, t0), (n1, t1) = times
+    assert n1 > 3.9 * n0 and t1 < 6 * t0, times
+
+
+@pytest.mark.slow
+def test_trained_model_keeps_its_error_on_refined_and_graded_meshes(darcy_transfer):
+    """Regression: trained briefly on one irregular mesh (169 nodes, about 1.5 nodes per cell of
+    the 8 x 8 first grid per axis), the error on a refined and on a graded mesh of the same
+    continuum samples stays within 25 % of the training-mesh error."""
+    torch.manual_seed(0)
+    report = darcy_transfer(MultigridOperator(1, 1, width=16, depth=2, grid=8, levels=3))
+    assert report.mean("model", "train") < 0.15, report.table()
+    for mesh in ("refined", "graded"):
+        assert report.ratio("model", mesh) < 1.25, report.table()
