@@ -1,5 +1,6 @@
 import os
 import pathlib
+import signal
 
 import pytest
 import torch
@@ -103,6 +104,12 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    # A suite started as a background job of a shell without job control (nohup, `cmd &` in a
+    # script, some CI runners) inherits SIGINT ignored, and so would every command the tests
+    # start: geoattn rightly keeps an inherited ignore, and the tests of its Ctrl-C handling
+    # would see no Ctrl-C. They test geoattn, not the runner's disposition: restore Python's.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     directory = config.getoption("--margins")
     if not directory:
         return
