@@ -127,7 +127,7 @@ def prolong_to_nodes(grid: torch.Tensor, stencil: GridStencil) -> torch.Tensor:
     r"""The grid function's interpolant at the nodes, :math:`\sum_c \phi_c(x_i)\, g_c`:
     ``grid [B, C, *shape]`` to ``[N, C]`` in :math:`O(N 2^d C)`."""
     flat = grid.movedim(1, -1).reshape(-1, grid.shape[1])  # (B G, C)
-    return (flat[stencil.index] * stencil.value[:, :, None]).sum(1)  # (N, C); quadrature-ok: over the 2^d corners
+    return (flat[stencil.index] * stencil.value[:, :, None]).sum(1)  # (N, C)  # quadrature-ok: over the 2^d corners
 
 
 class _Smoother(nn.Sequential):
