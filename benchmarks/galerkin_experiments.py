@@ -54,7 +54,8 @@ from torch_geometric.data import Batch
 
 from timing import machine as describe_machine
 
-from geoattn.data.burgers import burgers_data, nonuniform_samples, on_circle, uniform_samples
+from geoattn.data.burgers import (BurgersData, FourierSeries, PeriodicGaussianRandomField, burgers_data,
+                                  nonuniform_samples, on_circle, uniform_samples)
 from geoattn.data.inverse import NOISE_LEVELS, InverseProblem, node_variance
 from geoattn.mesh import families
 from geoattn.models import GalerkinTransformer
@@ -199,19 +200,67 @@ def node_average_operator(op: NormalizedOperator) -> NormalizedOperator:
     return ablation
 
 
+def _solve_chunk(args: tuple) -> np.ndarray:
+    n, seed, grid, dt, start = args
+    torch.set_num_threads(1)
+    return burgers_data(n, seed, grid=grid, dt=dt, start=start).solution.coefficients
+
+
+def burgers_split(scale: BurgersScale, seed: int, show_progress: bool = False,
+                  cache: Path | None = None, workers: int = 1) -> tuple[BurgersData, BurgersData]:
+    """The training and test samples of ``scale`` (the test samples follow the training ones in
+    the stream ``seed``). The solve is the expensive part (about 0.2 s per sample on 8192 points):
+    with ``cache`` (a folder) the solutions' Fourier coefficients are stored there, under a name
+    that holds every setting, and read back by the next run, and ``workers`` solves chunks of
+    samples in parallel processes. The initial data is cheap and always drawn afresh."""
+    total = scale.n_train + scale.n_test
+    field = PeriodicGaussianRandomField(modes=-(-scale.grid // 3) - 1)
+    file = None
+    if cache is not None:
+        file = Path(cache) / f"burgers_seed{seed}_n{total}_grid{scale.grid}_dt{scale.dt:g}.npy"
+    if file is not None and file.exists():
+        solution = np.load(file)
+        log.info("burgers: %d solutions read from %s", total, file)
+    elif workers > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        size = -(-total // workers)
+        chunks = [(min(size, total - a), seed, scale.grid, scale.dt, a) for a in range(0, total, size)]
+        with ProcessPoolExecutor(workers) as pool:
+            solution = np.concatenate(list(pool.map(_solve_chunk, chunks)))
+    else:
+        solution = burgers_data(total, seed, field=field, grid=scale.grid, dt=scale.dt,
+                                show_progress=show_progress).solution.coefficients
+    if file is not None and not file.exists():
+        file.parent.mkdir(parents=True, exist_ok=True)
+        part = file.with_suffix(".part.npy")
+        np.save(part, solution)
+        part.replace(file)
+    initial = field.samples(seed, np.arange(total)).coefficients
+    if solution.shape[0] != total:
+        raise ValueError(f"{file}: {solution.shape[0]} solutions, expected {total}")
+
+    def split(lo, hi):
+        return BurgersData(FourierSeries(initial[lo:hi]), FourierSeries(solution[lo:hi]), seed,
+                           np.arange(lo, hi), 0.1, 1.0)
+
+    return split(0, scale.n_train), split(scale.n_train, total)
+
+
 def run_burgers(scale: BurgersScale, device: torch.device, seed: int = 0, show_progress: bool = False,
-                model_options: dict | None = None, out: Path | None = None) -> dict:
+                model_options: dict | None = None, out: Path | None = None,
+                models: tuple[str, ...] | None = None, data_cache: Path | None = None) -> dict:
     """Train GT and FT at every resolution on the uniform grid; score on every test grid
     (``model_options``: keywords of the model over the scale's, e.g. ``block``, ``norm``,
     ``decoder``). With ``out``, each model trains in its own run folder ``out/runs/GT-512`` etc.
-    (:class:`runs.ModelRun`): a rerun continues a model cut off and skips the finished ones."""
+    (:class:`runs.ModelRun`): a rerun continues a model cut off and skips the finished ones.
+    ``models``: the subset of ``MODELS`` to train (default both); ``data_cache``: see
+    :func:`burgers_split`."""
     options = scale.model_options() | (model_options or {})
     if options["decoder"] != "spectral":
         options.pop("spectral", None)
     tic = time.perf_counter()
-    train_data = burgers_data(scale.n_train, seed, grid=scale.grid, dt=scale.dt, show_progress=show_progress)
-    test_data = burgers_data(scale.n_test, seed, grid=scale.grid, dt=scale.dt, start=scale.n_train,
-                             show_progress=show_progress)
+    train_data, test_data = burgers_split(scale, seed, show_progress, data_cache)
     data_seconds = time.perf_counter() - tic
     log.info("burgers: %d + %d samples solved in %.1f s", scale.n_train, scale.n_test, data_seconds)
     rows, keep = {}, {}
@@ -224,6 +273,8 @@ def run_burgers(scale: BurgersScale, device: torch.device, seed: int = 0, show_p
         tests = {k: [d.to(device) for d in scale.coordinates_of(v)] for k, v in tests.items()}
         batch = scale.batch_size if n < 8192 else max(1, scale.batch_size // 2)
         for short, attention in MODELS.items():
+            if models is not None and short not in models:
+                continue
             settings = {k: v for k, v in asdict(scale).items() if k != "resolutions"}
             run = ModelRun(out, f"{short}-{n}", {**settings, "model": short, "n": n, "seed": seed,
                                                  "model_options": options})
@@ -536,6 +587,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--epochs", type=int, help="override the scale's epochs")
     parser.add_argument("--n-train", type=int, help="override the scale's training samples")
     parser.add_argument("--width", type=int, help="override the scale's width")
+    parser.add_argument("--data-cache", type=Path,
+                        help="burgers: folder for the solved samples, shared by runs of the same data")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="burgers: processes that solve the samples (with --prepare-data)")
+    parser.add_argument("--prepare-data", action="store_true",
+                        help="burgers: solve the samples into --data-cache and stop")
+    parser.add_argument("--resolutions", type=int, nargs="+", help="burgers: override the scale's n")
+    parser.add_argument("--models", nargs="+", choices=sorted(MODELS),
+                        help="burgers: train only these (default GT and FT); one process per model runs "
+                             "them side by side on one GPU")
     parser.add_argument("--out", type=Path,
                         help="folder for results.json and table.md; burgers: also one run folder per model "
                              "(runs/GT-512, ...): the same command again resumes a run cut off and skips "
@@ -564,11 +625,23 @@ def main(argv: list[str] | None = None) -> dict:
     scale = SCALES[args.experiment][args.scale]
     scale = replace(scale, **{k: v for k, v in (("epochs", args.epochs), ("n_train", args.n_train),
                                                   ("width", args.width)) if v is not None})
+    if args.resolutions:
+        scale = replace(scale, resolutions=tuple(args.resolutions))
     device = torch.device(args.device)
+    if args.prepare_data:
+        if args.experiment != "burgers" or args.data_cache is None:
+            parser.error("--prepare-data: needs --experiment burgers and --data-cache")
+        tic = time.perf_counter()
+        burgers_split(scale, args.seed, args.progress, args.data_cache, args.workers)
+        print(f"burgers: {scale.n_train + scale.n_test} samples in {args.data_cache} "
+              f"({time.perf_counter() - tic:.0f} s)")
+        return {}
     tic = time.perf_counter()
     load_start = os.getloadavg()
     if args.experiment == "burgers":
-        results = run_burgers(scale, device, args.seed, args.progress, options, args.out)
+        results = run_burgers(scale, device, args.seed, args.progress, options, args.out,
+                              models=tuple(args.models) if args.models else None,
+                              data_cache=args.data_cache)
         options = results["model_options"]
         table = burgers_markdown(results, scale)
         met = {k: r["ratio"] <= TARGET_RATIO for k, r in results["rows"].items() if "ratio" in r}
