@@ -15,6 +15,7 @@ import importlib
 from .cells import CELL_DIMENSIONS, CELL_TYPES, lumped_mass, orient_cells, signed_volumes
 from .data import MeshData
 from .gradients import p1_gradients
+from .mesh import Layout, Mesh
 from .io import (from_meshio, from_pyvista, merge_nodes, read_mesh, read_meshio, save_meshio,
                  to_meshio, to_pyvista, write_mesh)
 from .neighbors import knn, knn_graph, radius, radius_graph
@@ -40,6 +41,8 @@ __all__ = [
     "CELL_DIMENSIONS",
     "CELL_TYPES",
     "Isometry",
+    "Layout",
+    "Mesh",
     "MeshData",
     "MeshRegistered",
     "Partition",

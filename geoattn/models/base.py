@@ -18,6 +18,7 @@ from torch import nn
 
 from ..errors import (BatchOrderError, ChannelError, ConfigError, DimensionError, DTypeError,
                       FieldLengthError, NonFiniteError, WeightError)
+from ..mesh.mesh import Mesh, as_mesh
 from ..mesh.validation import validate_weights
 
 MODELS: dict[str, type[NeuralOperator]] = {}
@@ -28,13 +29,47 @@ RENAMED_ARGUMENTS = {"heads": "num_heads"}
 log = logging.getLogger(__name__)
 
 
+def call_arguments(mesh, args: tuple, kwargs: dict) -> tuple[Mesh, Mesh | None]:
+    """The ``(mesh, query)`` of an operator call ``op(x, mesh, *, query=None)``, or of the former
+    ``op(x, pos, weight, batch=None, *, pos_query=None, weight_query=None, batch_query=None)``
+    (bare tensors become a :class:`~geoattn.mesh.Mesh`, see :func:`~geoattn.mesh.as_mesh`).
+    The keywords it reads are removed from ``kwargs``; any left are the caller's to refuse."""
+    query = kwargs.pop("query", None)
+    if isinstance(mesh, Mesh):
+        if args or kwargs.pop("batch", None) is not None or {"pos_query", "weight_query", "batch_query"} & set(kwargs):
+            raise TypeError("call an operator as op(x, mesh) or op(x, mesh, query=query_mesh): the "
+                            "Mesh carries pos, weight, cells and the batch layout")
+        return mesh, query
+    if len(args) > 2:
+        raise TypeError(f"too many positional arguments: op(x, mesh, *, query=None), got {2 + len(args)}")
+    weight = args[0] if args else kwargs.pop("weight", None)
+    batch = args[1] if len(args) > 1 else kwargs.pop("batch", None)
+    pos_query = kwargs.pop("pos_query", None)
+    weight_query = kwargs.pop("weight_query", None)
+    batch_query = kwargs.pop("batch_query", None)
+    if batch is not None and torch.is_tensor(weight):
+        # the former contract's checks name a bad batch vector before a Mesh is made of it
+        validate_weights(weight, weight.shape[0] if weight.dim() else 0, batch=batch)
+    mesh = as_mesh(mesh, weight, batch)
+    if pos_query is not None:
+        if weight_query is None:
+            weight_query = pos_query.new_ones(pos_query.shape[0])
+        query = Mesh(pos_query, weight_query, batch=batch_query)
+    return mesh, query
+
+
 class NeuralOperator(nn.Module):
-    """A map between functions discretised as ``(x [N, C_in], pos [N, d], weight [N])``.
+    """A map between functions on meshes: ``model(x, mesh, *, query=None)``.
+
+    ``x [N, C_in]`` holds the input's values at the nodes of ``mesh`` (a
+    :class:`~geoattn.mesh.Mesh`: nodes, quadrature weights, optional cells, batch layout and a
+    memo of derived structure); ``query`` is another :class:`~geoattn.mesh.Mesh` for the models
+    that answer on other nodes. The former call ``model(x, pos, weight, batch)`` still works:
+    it makes a new :class:`~geoattn.mesh.Mesh` on every call (so structure is rebuilt every call).
 
     Subclasses take ``in_channels``, ``out_channels`` and ``dim`` (spatial dimension) first and
-    implement ``forward(x, pos, weight, batch=None, *, ...)``, with any structure (a query mesh,
-    a partition) in keyword arguments. :meth:`check_inputs` rejects inputs of the wrong width or
-    dimension with a typed error instead of a shape error inside torch.
+    implement ``forward(x, mesh, *, query=None)``. :meth:`check_inputs` rejects inputs of the wrong
+    width or dimension with a typed error instead of a shape error inside torch.
     """
 
     model_name: str = ""
@@ -50,6 +85,8 @@ class NeuralOperator(nn.Module):
                 raise ValueError(f"model name {name!r} is already registered by {MODELS[name].__name__}")
             MODELS[name] = cls
             cls.model_name = name
+        params = list(inspect.signature(cls.forward).parameters)
+        cls._takes_mesh = len(params) > 2 and params[2] == "mesh"
         init = cls.__init__
         signature = inspect.signature(init)
 
@@ -66,12 +103,25 @@ class NeuralOperator(nn.Module):
 
         cls.__init__ = recording_init
 
-    def fit_mesh(self, pos: torch.Tensor, weight: torch.Tensor, cells: torch.Tensor | None = None) -> None:
+    def __call__(self, x: torch.Tensor, mesh=None, *args, **kwargs) -> torch.Tensor:
+        mesh, query = call_arguments(mesh, args, kwargs)  # leaves other keywords in kwargs
+        if not self._takes_mesh:  # a forward written for (x, pos, weight, batch)
+            if query is not None:
+                kwargs.update(pos_query=query.pos, batch_query=query.batch_vector)
+            return super().__call__(x, mesh.pos, mesh.weight, mesh.batch_vector, **kwargs)
+        if kwargs:
+            raise TypeError(f"{type(self).__name__}: unexpected keyword argument(s) {sorted(kwargs)}; "
+                            "call it as model(x, mesh) or model(x, mesh, query=query_mesh)")
+        if query is None:
+            return super().__call__(x, mesh)
+        return super().__call__(x, mesh, query=query)
+
+    def fit_mesh(self, mesh: Mesh, weight: torch.Tensor | None = None, cells: torch.Tensor | None = None) -> None:
         """Fit the model's mesh-dependent state on the training mesh, once, before training.
 
         Nothing for most models; the patched models (:class:`~geoattn.models.patched.PatchedOperator`)
         fit their partition here, which is then part of the model (saved in checkpoints and used on
-        every mesh). :class:`~geoattn.train.Trainer` calls it with the first training sample; a
+        every mesh). :class:`~geoattn.train.Trainer` calls it with the first training mesh; a
         model that already has such state keeps it.
         """
 
@@ -102,7 +152,7 @@ class NeuralOperator(nn.Module):
         if x.shape[0] != pos.shape[0]:
             raise ChannelError(f"x has {x.shape[0]} rows but pos has {pos.shape[0]} nodes")
 
-    def check_call(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
+    def check_call(self, x: torch.Tensor, mesh: Mesh, weight: torch.Tensor | None = None,
                    batch: torch.Tensor | None = None) -> None:
         """Everything a forward pass checks first: :meth:`check_inputs`, then the values.
 
@@ -119,12 +169,27 @@ class NeuralOperator(nn.Module):
           the quadratures).
 
         The checks are :math:`O(N)` on the inputs' device with one host synchronisation when the
-        inputs are fine; only a failure looks up the offending index. They are skipped while
-        :func:`torch.compile` traces the model (``torch.compiler.is_compiling()``).
+        inputs are fine; only a failure looks up the offending index. The mesh's part (weights,
+        batch order, finite coordinates) runs once per :class:`~geoattn.mesh.Mesh` (kept in its
+        memo); ``x`` is checked on every call. They are skipped while :func:`torch.compile`
+        traces the model (``torch.compiler.is_compiling()``).
         """
+        if not isinstance(mesh, Mesh):
+            mesh = as_mesh(mesh, weight, batch) if weight is not None and weight.dim() == 1 and \
+                (batch is None or (torch.is_tensor(batch) and batch.shape == weight.shape
+                                   and not batch.is_floating_point())) else None
+            if mesh is None:
+                validate_weights(weight, x.shape[0], batch=batch)  # names the problem
+        pos, weight, batch = mesh.pos, mesh.weight, mesh.batch_vector
         self.check_inputs(x, pos)
         if torch.compiler.is_compiling():
             return
+        if x.shape[0] != mesh.num_nodes:
+            raise ChannelError(f"x has {x.shape[0]} rows but the mesh has {mesh.num_nodes} nodes")
+        if mesh.memo.get("checked"):
+            if bool(torch.isfinite(x).all()):
+                return
+            self._raise_value_error(x, pos, weight, batch)
         n = x.shape[0]
         if not isinstance(weight, torch.Tensor) or weight.dim() != 1 or weight.shape[0] != n or n == 0:
             validate_weights(weight, n, batch=batch)  # names the problem
@@ -145,6 +210,7 @@ class NeuralOperator(nn.Module):
             used = torch.arange(n, device=batch.device) <= batch[-1]
             flags += [((total > 0) | ~used).all(), torch.isfinite(total).all()]
         if all(torch.stack(flags).tolist()):
+            mesh.memo["checked"] = True
             return
         self._raise_value_error(x, pos, weight, batch)
 

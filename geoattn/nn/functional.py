@@ -13,7 +13,10 @@ quadrature :math:`\int_D f\,dy \approx \sum_j w_j f_j` is written once:
   matrix on the memory-efficient paths).
 - :func:`num_graphs` and :func:`graph_slices` are the batch bookkeeping every layer shares: how
   many graphs a batch vector describes (one rule, also for empty batches) and the node range of
-  each graph.
+  each graph. A layer called by a model gets the batch's :class:`~geoattn.mesh.Layout` (nodes per
+  graph, plain integers computed once by the :class:`~geoattn.mesh.Mesh`) as ``layout=``; the
+  helpers then take its ``counts`` and never read the batch vector back to the host, which keeps
+  a :func:`torch.compile` graph whole on a batch of meshes.
 - :func:`weighted_gram` is the matrix-valued analogue of :func:`geoattn.mesh.integrate`,
   :math:`\int_D a(y)^\top b(y)\,dy \approx \sum_j w_j a_j^\top b_j` per graph, computed with one
   matrix product per graph (segment sums, no padding); :func:`segment_matmul` applies the per-graph
@@ -71,7 +74,7 @@ def num_graphs(*batches: torch.Tensor | None) -> int:
 
 
 def graph_slices(num_nodes: int, batch: torch.Tensor | None = None,
-                 num_graphs: int | None = None) -> list[slice]:
+                 num_graphs: int | None = None, counts=None) -> list[slice]:
     """The node range of every graph of a PyG batch (its nodes are contiguous and sorted).
 
     Args:
@@ -79,10 +82,15 @@ def graph_slices(num_nodes: int, batch: torch.Tensor | None = None,
         batch: graph index of each node ``[N]``, sorted (``None``: one graph).
         num_graphs: number of graphs ``B`` (default: :func:`num_graphs` of ``batch``); trailing
             graphs without nodes get empty slices.
+        counts: nodes per graph (a :class:`~geoattn.mesh.Layout`'s ``counts``): no host read.
 
     Returns:
         ``B`` slices, graph ``g`` being ``x[slices[g]]``.
     """
+    if counts is not None:
+        counts = list(counts) + [0] * ((num_graphs or 0) - len(counts))
+        ends = [sum(counts[:g + 1]) for g in range(len(counts))]
+        return [slice(end - n, end) for n, end in zip(counts, ends)]
     if batch is None:
         return [slice(0, num_nodes)]
     counts = torch.bincount(batch, minlength=_count_graphs(batch) if num_graphs is None else num_graphs)
@@ -111,7 +119,8 @@ def query_side(x: torch.Tensor, pos: torch.Tensor | None, batch: torch.Tensor | 
 
 
 def dense_batch(x: torch.Tensor, pos: torch.Tensor | None, weight: torch.Tensor,
-                batch: torch.Tensor | None = None, batch_size: int | None = None) -> DenseBatch:
+                batch: torch.Tensor | None = None, batch_size: int | None = None,
+                max_count: int | None = None) -> DenseBatch:
     """Pad flat node tensors of a PyG batch to dense ``[B, L, ...]`` tensors.
 
     Padded nodes get weight 0, so they contribute nothing to any quadrature built on the result.
@@ -123,6 +132,8 @@ def dense_batch(x: torch.Tensor, pos: torch.Tensor | None, weight: torch.Tensor,
         batch: graph index of each node ``[N]``, sorted as PyG batches are (``None``: one graph).
         batch_size: number of graphs ``B`` (default: from ``batch``); needed when the last graphs
             of a cross-operator have no nodes on this side.
+        max_count: nodes of the largest graph ``L`` (default: from ``batch``); with ``batch_size``
+            no value is read back from the device.
 
     Returns:
         :class:`DenseBatch` ``(x [B, L, C], pos [B, L, d] | None, weight [B, L], mask [B, L])``.
@@ -134,17 +145,26 @@ def dense_batch(x: torch.Tensor, pos: torch.Tensor | None, weight: torch.Tensor,
         return DenseBatch(x[None], None if pos is None else pos[None], weight[None], mask)
     if batch is None:
         batch = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
-    x_d, mask = to_dense_batch(x, batch, batch_size=batch_size)  # (B, L, C), (B, L)
-    w_d, _ = to_dense_batch(weight, batch, fill_value=0.0, batch_size=batch_size)  # (B, L)
-    pos_d = None if pos is None else to_dense_batch(pos, batch, batch_size=batch_size)[0]
+    sizes = dict(batch_size=batch_size, max_num_nodes=max_count)
+    x_d, mask = to_dense_batch(x, batch, **sizes)  # (B, L, C), (B, L)
+    w_d, _ = to_dense_batch(weight, batch, fill_value=0.0, **sizes)  # (B, L)
+    pos_d = None if pos is None else to_dense_batch(pos, batch, **sizes)[0]
     return DenseBatch(x_d, pos_d, w_d, mask)
 
 
-def unpad(dense: torch.Tensor, mask: torch.Tensor, batch: torch.Tensor | None = None) -> torch.Tensor:
+def unpad(dense: torch.Tensor, mask: torch.Tensor, batch: torch.Tensor | None = None,
+          counts=None) -> torch.Tensor:
     """The flat node tensor ``[N, ...]`` of a dense ``[B, L, ...]`` result of :func:`dense_batch`:
     ``dense[mask]``, or, for one graph (``batch=None``), its rows without a boolean index (whose
-    data-dependent size would break a :func:`torch.compile` graph)."""
-    return dense.flatten(0, 1) if batch is None else dense[mask]
+    data-dependent size would break a :func:`torch.compile` graph), or, given the nodes per
+    graph ``counts``, the rows picked by an index made from them (no data-dependent size)."""
+    if batch is None:
+        return dense.flatten(0, 1)
+    if counts is None:
+        return dense[mask]
+    length = dense.shape[1]
+    index = torch.cat([torch.arange(c, device=dense.device) + g * length for g, c in enumerate(counts)])
+    return dense.flatten(0, 1)[index]
 
 
 def log_weight_bias(weight: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -199,10 +219,13 @@ def quadrature_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, weig
     return out * has_mass.to(out.dtype)[:, None, None, None]  # no host sync: compiles in one graph
 
 
-def _segments(batch: torch.Tensor | None, n: int, num_graphs: int | None):
-    """Node order sorting ``batch`` and the node count of each graph."""
+def _segments(batch: torch.Tensor | None, n: int, num_graphs: int | None, counts=None):
+    """Node order sorting ``batch`` and the node count of each graph (given ``counts``, the
+    batch is sorted: a :class:`~geoattn.mesh.Mesh` checks it)."""
     if batch is None:
         return None, [n]
+    if counts is not None:
+        return None, list(counts) + [0] * ((num_graphs or 0) - len(counts))
     counts = [s.stop - s.start for s in graph_slices(n, batch, num_graphs)]
     sorted_already = n < 2 or bool((batch[1:] >= batch[:-1]).all())
     return (None if sorted_already else torch.argsort(batch, stable=True)), counts
@@ -210,7 +233,7 @@ def _segments(batch: torch.Tensor | None, n: int, num_graphs: int | None):
 
 def weighted_gram(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor,
                   batch: torch.Tensor | None = None,
-                  num_graphs: int | None = None) -> torch.Tensor:
+                  num_graphs: int | None = None, counts=None) -> torch.Tensor:
     r"""Per-graph weighted Gram matrix :math:`\sum_j w_j a_j^\top b_j \approx \int a^\top b\,dy`.
 
     The matrix-valued form of :func:`geoattn.mesh.integrate`: it equals
@@ -223,6 +246,7 @@ def weighted_gram(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor,
         weight: quadrature weights ``[N]``.
         batch: graph index of each node ``[N]`` (``None``: one graph).
         num_graphs: number of graphs ``B`` (default: ``batch.max() + 1``).
+        counts: nodes per graph, from the batch's :class:`~geoattn.mesh.Layout` (no host read).
 
     Returns:
         ``[*, Ca, Cb]`` without ``batch``; ``[B, *, Ca, Cb]`` with it.
@@ -230,7 +254,7 @@ def weighted_gram(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor,
     wa = a * weight.view(-1, *([1] * (a.dim() - 1))).to(a.dtype)
     if batch is None:
         return torch.einsum("n...i,n...j->...ij", wa, b)
-    order, counts = _segments(batch, a.shape[0], num_graphs)
+    order, counts = _segments(batch, a.shape[0], num_graphs, counts)
     if order is not None:
         wa, b = wa[order], b[order]
     if len(set(counts)) == 1:  # graphs of one size: one batched product
@@ -243,20 +267,21 @@ def weighted_gram(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor,
 
 
 def segment_matmul(q: torch.Tensor, s: torch.Tensor,
-                   batch: torch.Tensor | None = None) -> torch.Tensor:
+                   batch: torch.Tensor | None = None, counts=None) -> torch.Tensor:
     """Multiply each node's row vector by the matrix of its graph: ``out_i = q_i @ s[batch_i]``.
 
     Args:
         q: ``[N, *, Ca]``.
         s: ``[*, Ca, Cb]`` without ``batch``; ``[B, *, Ca, Cb]`` with it.
         batch: graph index of each node ``[N]`` (``None``: one graph).
+        counts: nodes per graph, from the batch's :class:`~geoattn.mesh.Layout` (no host read).
 
     Returns:
         ``[N, *, Cb]``.
     """
     if batch is None:
         return torch.einsum("n...i,...ij->n...j", q, s)
-    order, counts = _segments(batch, q.shape[0], s.shape[0])
+    order, counts = _segments(batch, q.shape[0], s.shape[0], counts)
     q_sorted = q if order is None else q[order]
     if len(set(counts)) == 1:  # graphs of one size: one batched product
         q_graphs = q_sorted.reshape(len(counts), counts[0], *q.shape[1:])

@@ -1,0 +1,137 @@
+"""The operator contract's cost: torch.compile graph breaks and eager training-step time per model.
+
+    python benchmarks/contract.py --out contract.json
+
+For every registered model (small widths): the graph breaks of one forward pass
+(:func:`torch._dynamo.explain`) on one mesh and on a batch of three meshes of different sizes,
+and the wall time of an eager training step (forward, backward, AdamW) on a batch of four
+samples on the 1 089-node irregular unit square. The script runs on the contract before and
+after the ``Mesh`` value (``model(x, pos, weight, batch)`` or ``model(x, mesh)``), so the same
+command on two commits compares them; run both in one session on an idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from geoattn import mesh as gmesh
+from geoattn.mesh import families
+from geoattn.models import MODELS, build_model
+
+NEW = hasattr(gmesh, "Mesh")
+
+
+def samples(n: int, count: int, seed: int = 0) -> list:
+    """``count`` samples with random fields on ``unit_square(n, "irregular")``."""
+    data = gmesh.from_meshio(families.unit_square(n, "irregular"))
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(count):
+        s = data.clone()
+        s.x = torch.randn(s.num_nodes, 1, generator=g)
+        s.y = torch.randn(s.num_nodes, 1, generator=g)
+        out.append(s)
+    return out
+
+
+def call(model, group: list):
+    """``model`` on the samples ``group`` (one mesh, or a batch), in the contract at hand."""
+    if NEW:
+        mesh = gmesh.Mesh.batch([gmesh.Mesh.from_sample(s) for s in group]) if len(group) > 1 else \
+            gmesh.Mesh.from_sample(group[0])
+        x = torch.cat([s.x for s in group])
+        return lambda: model(x, mesh)
+    from torch_geometric.data import Batch
+
+    data = Batch.from_data_list(group)
+    gmesh.register_meshes(model, group)
+    args = (data.x, data.pos, data.weight) + ((data.batch,) if len(group) > 1 else ())
+    return lambda: model(*args)
+
+
+def kwargs(name: str) -> dict:
+    kw = dict(in_channels=1, out_channels=1, width=16, depth=2)
+    if name == "gno":
+        kw["radius"] = 0.08
+    if name in ("vit", "fano"):
+        kw.update(num_patches=4, modes=1)
+    return kw
+
+
+def build(name: str, first):
+    torch.manual_seed(0)
+    model = build_model(name, **kwargs(name))
+    if hasattr(model, "fit_mesh"):
+        model.fit_mesh(first.pos, first.weight, first.cells)
+    return model
+
+
+def graph_breaks(name: str) -> dict:
+    out = {}
+    three = [samples(n, 1)[0] for n in (16, 20, 24)]
+    for label, group in (("one mesh", three[:1]), ("batch of 3 meshes", three)):
+        torch._dynamo.reset()
+        model = build(name, group[0])
+        fn = call(model, group)
+        try:
+            explained = torch._dynamo.explain(fn)()
+            reasons = collections.Counter(r.reason.splitlines()[0][:80] for r in explained.break_reasons)
+            out[label] = {"breaks": explained.graph_break_count, "reasons": dict(reasons.most_common(3))}
+        except Exception as err:  # noqa: BLE001 - a model that does not trace is a result
+            out[label] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:100]}"}
+    return out
+
+
+def step_ms(name: str, steps: int) -> float:
+    group = samples(32, 4)
+    model = build(name, group[0])
+    fn = call(model, group)
+    y = torch.cat([s.y for s in group])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = (fn() - y).square().mean()
+        loss.backward()
+        opt.step()
+
+    for _ in range(3):
+        step()
+    tic = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return 1e3 * (time.perf_counter() - tic) / steps
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", nargs="+", default=sorted(MODELS))
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", type=Path)
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    load = os.getloadavg()[0]
+    rows = {}
+    for name in args.models:
+        rows[name] = {"graph_breaks": graph_breaks(name), "step_ms": step_ms(name, args.steps)}
+        gb = rows[name]["graph_breaks"]
+        cell = lambda r: r.get("breaks", r.get("error"))  # noqa: E731
+        print(f"{name:<10} breaks one mesh {cell(gb['one mesh'])!s:<6} batch of 3 "
+              f"{cell(gb['batch of 3 meshes'])!s:<6} step {rows[name]['step_ms']:.1f} ms", flush=True)
+    result = {"contract": "Mesh" if NEW else "(x, pos, weight, batch)", "load_start": load,
+              "load_end": os.getloadavg()[0], "torch": torch.__version__, "models": rows}
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,312 @@
+r"""The discretisation as a value: one :class:`Mesh` carries a mesh to every operator.
+
+A function on a mesh is ``(x, mesh)``: values ``x [N, C]`` at the nodes of ``mesh``, which holds
+
+- ``pos [N, d]`` and the quadrature weights ``weight [N]`` (:math:`\int_D f \approx \sum_j w_j f_j`);
+- ``cells [T, k]`` (optional): node indices of each cell, for operators that need more of the
+  mesh than its nodes (exact P1 transforms, refinement);
+- for a batch of meshes, the graph index of each node ``batch [N]`` and its :class:`Layout`
+  (nodes per graph, offsets, number of graphs), computed once when the batch is made;
+- a memo of derived structure (a radius graph, the P1 Fourier weights, patch pairs, the refined
+  mesh with its prolongation, images under an isometry), built on first use by
+  :meth:`Mesh.cached` and kept as long as the mesh.
+
+Operators never recognise a mesh by its coordinates: the structure of a mesh lives on the mesh
+object, so a dataset hands every sample on one mesh the same :class:`Mesh` and its structure is
+built once. :meth:`Mesh.batch` assembles a batch from its members and keeps them, so per-graph
+structure comes from each member's memo.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, NamedTuple
+
+import torch
+
+__all__ = ["Layout", "Mesh", "as_mesh"]
+
+
+class Layout(NamedTuple):
+    """The batch layout of a mesh: ``counts[g]`` nodes in graph ``g``, which start at
+    ``offsets[g]``; ``num_graphs = len(counts)``. Plain Python integers, so layers slice and pad
+    without reading the device."""
+
+    counts: tuple[int, ...]
+
+    @property
+    def num_graphs(self) -> int:
+        return len(self.counts)
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        out, total = [], 0
+        for c in self.counts:
+            out.append(total)
+            total += c
+        return tuple(out)
+
+    @property
+    def num_nodes(self) -> int:
+        return sum(self.counts)
+
+    @property
+    def max_count(self) -> int:
+        return max(self.counts, default=0)
+
+    def slices(self) -> list[slice]:
+        """The node range of every graph."""
+        return [slice(o, o + c) for o, c in zip(self.offsets, self.counts)]
+
+    @classmethod
+    def of(cls, batch: torch.Tensor | None, num_nodes: int) -> Layout:
+        """The layout of a sorted batch vector (one host read), or one graph for ``None``."""
+        if batch is None:
+            return cls((int(num_nodes),))
+        if batch.numel() == 0:
+            return cls((0,))
+        return cls(tuple(torch.bincount(batch).tolist()))
+
+
+class Mesh:
+    """One discretisation: nodes, quadrature weights, optional cells, batch layout and a memo.
+
+    Args:
+        pos: node coordinates ``[N, d]``.
+        weight: quadrature weights ``[N]``.
+        cells: node indices of each cell ``[T, k]`` (optional).
+        batch: graph index of each node ``[N]``, sorted (``None``: one graph). Prefer
+            :meth:`batch` to assemble a batch from its members.
+
+    Attributes:
+        layout (Layout): nodes per graph, computed once.
+        memo (dict): derived structure, see :meth:`cached`.
+
+    Two meshes are the same mesh only if they are the same object: a mesh is a value created
+    once per discretisation and passed along, never looked up by its coordinates.
+    """
+
+    def __init__(self, pos: torch.Tensor, weight: torch.Tensor, cells: torch.Tensor | None = None, *,
+                 batch: torch.Tensor | None = None, layout: Layout | None = None,
+                 members: Sequence[Mesh] | None = None):
+        if not torch.is_tensor(pos) or pos.dim() != 2:
+            raise ValueError(f"pos must be a tensor [N, d], got {_shape(pos)}")
+        if not torch.is_tensor(weight) or weight.dim() != 1 or weight.shape[0] != pos.shape[0]:
+            raise ValueError(f"weight must be a tensor [N] with N = {pos.shape[0]} (one per node), "
+                             f"got {_shape(weight)}")
+        if cells is not None and (not torch.is_tensor(cells) or cells.dim() != 2):
+            raise ValueError(f"cells must be a tensor [T, k] of node indices, got {_shape(cells)}")
+        if batch is not None and (not torch.is_tensor(batch) or batch.shape != (pos.shape[0],)):
+            raise ValueError(f"batch must be a tensor [N] with N = {pos.shape[0]}, got {_shape(batch)}")
+        self.pos, self.weight, self.cells = pos, weight, cells
+        self._batch = batch
+        self.layout = layout if layout is not None else Layout.of(batch, pos.shape[0])
+        if self.layout.num_nodes != pos.shape[0]:
+            raise ValueError(f"the layout counts {self.layout.num_nodes} nodes, pos has {pos.shape[0]}")
+        self.members = tuple(members) if members is not None else None
+        self.memo: dict[Hashable, Any] = {}
+
+    # ---------------------------------------------------------------- construction
+
+    @classmethod
+    def from_sample(cls, data) -> Mesh:
+        """The mesh of a sample with ``pos``, ``weight`` and optionally ``cells`` and ``batch``
+        (a :class:`~geoattn.mesh.MeshData` or a PyG batch of them)."""
+        cells = getattr(data, "cells", None)
+        batch = getattr(data, "batch", None)
+        return cls(data.pos, data.weight, cells if torch.is_tensor(cells) else None,
+                   batch=batch if torch.is_tensor(batch) else None)
+
+    @classmethod
+    def from_meshio(cls, mesh, *, weights: str | None = "lumped", dtype: torch.dtype | None = None,
+                    **kwargs) -> Mesh:
+        """The mesh of a :class:`meshio.Mesh` (its highest-dimensional cells), with the
+        quadrature weights ``weights`` (see :func:`~geoattn.mesh.from_meshio`, which takes the
+        same keywords)."""
+        from .io import from_meshio
+
+        return cls.from_sample(from_meshio(mesh, weights=weights, dtype=dtype, **kwargs))
+
+    @classmethod
+    def batch(cls, meshes: Sequence[Mesh]) -> Mesh:
+        """A batch of ``meshes`` (graph ``g`` is ``meshes[g]``): nodes, weights and cells
+        concatenated (cell indices shifted), the batch vector and layout made from the members'
+        sizes without reading any device, and the members kept for their memos."""
+        meshes = list(meshes)
+        if not meshes:
+            raise ValueError("Mesh.batch needs at least one mesh")
+        if len(meshes) == 1 and meshes[0].layout.num_graphs == 1:
+            return meshes[0]
+        flat = [m for mesh in meshes for m in (mesh.members or (mesh,))]
+        counts = tuple(m.num_nodes for m in flat)
+        pos = torch.cat([m.pos for m in flat])
+        weight = torch.cat([m.weight for m in flat])
+        cells = None
+        if all(m.cells is not None for m in flat) and len({m.cells.shape[1] for m in flat}) == 1:
+            offsets = Layout(counts).offsets
+            cells = torch.cat([m.cells + o for m, o in zip(flat, offsets)])
+        batch = torch.repeat_interleave(torch.arange(len(flat), device=pos.device),
+                                        torch.tensor(counts, device=pos.device), output_size=sum(counts))
+        return cls(pos, weight, cells, batch=batch, layout=Layout(counts), members=flat)
+
+    # ---------------------------------------------------------------- properties
+
+    @property
+    def batch_vector(self) -> torch.Tensor | None:
+        """Graph index of each node ``[N]``, ``None`` for one graph."""
+        return self._batch
+
+    @property
+    def num_nodes(self) -> int:
+        return self.pos.shape[0]
+
+    @property
+    def dim(self) -> int:
+        return self.pos.shape[1]
+
+    @property
+    def num_graphs(self) -> int:
+        return self.layout.num_graphs
+
+    @property
+    def device(self) -> torch.device:
+        return self.pos.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.pos.dtype
+
+    def graphs(self) -> tuple[Mesh, ...]:
+        """The member meshes of a batch (each graph as a mesh of its own), or ``(self,)``."""
+        if self.num_graphs == 1:
+            return (self,)
+        if self.members is None:
+            def member(s: slice) -> Mesh:
+                cells = None
+                if self.cells is not None:
+                    keep = (self.cells >= s.start).all(1) & (self.cells < s.stop).all(1)
+                    cells = self.cells[keep] - s.start
+                return Mesh(self.pos[s], self.weight[s], cells)
+
+            self.members = tuple(member(s) for s in self.layout.slices())
+        return self.members
+
+    # ---------------------------------------------------------------- memo
+
+    def cached(self, key: Hashable, build: Callable[[], Any]) -> Any:
+        """The structure named ``key`` (include every setting it depends on, e.g.
+        ``("radius_graph", r)``): from the memo, else ``build()``, kept in the memo."""
+        try:
+            return self.memo[key]
+        except KeyError:
+            value = self.memo[key] = build()
+            return value
+
+    def per_graph(self, key: Hashable, build: Callable[[Mesh], Any]) -> list:
+        """``build(member)`` for every graph, each from its member's memo under ``key``."""
+        return [m.cached(key, lambda m=m: build(m)) for m in self.graphs()]
+
+    # ---------------------------------------------------------------- derived meshes
+
+    def to(self, device=None, dtype: torch.dtype | None = None) -> Mesh:
+        """This mesh on ``device`` with floating tensors of ``dtype``; the result is kept in the
+        memo, so moving the same mesh again returns the same object (with its own memo)."""
+        device = self.device if device is None else torch.device(device)
+        dtype = self.dtype if dtype is None else dtype
+        if device == self.device and dtype == self.dtype:
+            return self
+
+        def move() -> Mesh:
+            members = None if self.members is None else [m.to(device, dtype) for m in self.members]
+            return Mesh(self.pos.to(device, dtype), self.weight.to(device, dtype),
+                        None if self.cells is None else self.cells.to(device),
+                        batch=None if self._batch is None else self._batch.to(device),
+                        layout=self.layout, members=members)
+
+        return self.cached(("to", str(device), dtype), move)
+
+    def moved(self, isometry) -> Mesh:
+        """The image of this mesh under ``isometry`` (a callable on ``pos [N, d]``, e.g. a
+        :class:`~geoattn.mesh.Isometry`): the same weights, cells and layout, kept in the memo."""
+        def move() -> Mesh:
+            members = None if self.members is None else [m.moved(isometry) for m in self.members]
+            return Mesh(isometry(self.pos), self.weight, self.cells, batch=self._batch,
+                        layout=self.layout, members=members)
+
+        return self.cached(("moved", isometry), move)
+
+    def refined(self, size: float) -> tuple[Mesh, torch.Tensor]:
+        """This triangle mesh refined until no edge is longer than ``size``
+        (:func:`~geoattn.mesh.refinement.refine_to`; its original nodes come first) and the
+        prolongation ``[N_fine, N]`` (sparse) that interpolates nodal values onto it linearly;
+        kept in the memo. A batch is refined member by member."""
+        def build():
+            if self.num_graphs > 1:
+                parts = [m.refined(size) for m in self.graphs()]
+                fine = Mesh.batch([p[0] for p in parts])
+                rows, cols, vals, r0, c0 = [], [], [], 0, 0
+                for f, p in parts:
+                    p = p.coalesce()
+                    rows.append(p.indices()[0] + r0)
+                    cols.append(p.indices()[1] + c0)
+                    vals.append(p.values())
+                    r0, c0 = r0 + p.shape[0], c0 + p.shape[1]
+                matrix = torch.sparse_coo_tensor(torch.stack([torch.cat(rows), torch.cat(cols)]),
+                                                 torch.cat(vals), (r0, c0), check_invariants=True).coalesce()
+                return fine, matrix
+            return _refine_one(self, size)
+
+        return self.cached(("refined", float(size)), build)
+
+    def __repr__(self) -> str:
+        cells = "" if self.cells is None else f", cells={tuple(self.cells.shape)}"
+        graphs = "" if self.num_graphs == 1 else f", graphs={self.num_graphs}"
+        return f"Mesh(nodes={self.num_nodes}, dim={self.dim}{cells}{graphs})"
+
+
+def as_mesh(mesh, weight: torch.Tensor | None = None, batch: torch.Tensor | None = None,
+            cells: torch.Tensor | None = None) -> Mesh:
+    """``mesh`` itself if it is a :class:`Mesh`; bare tensors ``(pos, weight, batch)`` (the former
+    operator contract) made into a new :class:`Mesh` (its layout read once; a new mesh has an empty
+    memo, so structure is rebuilt on every such call: keep a :class:`Mesh` to keep it)."""
+    if isinstance(mesh, Mesh):
+        if weight is not None or batch is not None:
+            raise TypeError("pass a Mesh alone: its weights and batch layout are part of it")
+        return mesh
+    if not torch.is_tensor(mesh):
+        raise TypeError(f"expected a geoattn.mesh.Mesh (or node coordinates pos [N, d] with weight [N]), "
+                        f"got {type(mesh).__name__}")
+    if weight is None:
+        raise TypeError("node coordinates without weights: pass a geoattn.mesh.Mesh(pos, weight), "
+                        "or pos and weight")
+    return Mesh(mesh, weight, cells, batch=batch)
+
+
+def _refine_one(mesh: Mesh, size: float) -> tuple[Mesh, torch.Tensor]:
+    import meshio
+    import numpy as np
+
+    from ..errors import UnsupportedCellError
+    from .io import from_meshio
+    from .refinement import refine_to
+
+    if mesh.cells is None:
+        raise ValueError("Mesh.refined needs the mesh's cells; build the Mesh with them "
+                         "(Mesh.from_meshio, Mesh.from_sample of a sample with cells, or "
+                         "Mesh(pos, weight, cells))")
+    if mesh.dim != 2 or mesh.cells.shape[1] != 3:
+        raise UnsupportedCellError(f"Mesh.refined refines 2-D triangle meshes, got {mesh.dim}-D cells "
+                                   f"of {mesh.cells.shape[1]} nodes")
+    # the coordinates as the mesh carries them: a mesh file and its samples in float32 then give
+    # the same refinement (ties between edge lengths break alike)
+    points = mesh.pos.detach().cpu().double().numpy()
+    fine, prolong = refine_to(meshio.Mesh(points, [("triangle", mesh.cells.cpu().numpy())]), size)
+    data = from_meshio(fine, dtype=mesh.dtype)
+    coo = prolong.tocoo()
+    matrix = torch.sparse_coo_tensor(torch.as_tensor(np.stack([coo.row, coo.col])), coo.data, coo.shape,
+                                     dtype=mesh.dtype, check_invariants=True).coalesce().to(mesh.device)
+    return Mesh(data.pos.to(mesh.device), data.weight.to(mesh.device), data.cells.to(mesh.device)), matrix
+
+
+def _shape(t) -> str:
+    return f"shape {tuple(t.shape)}" if torch.is_tensor(t) else type(t).__name__
