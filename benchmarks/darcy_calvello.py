@@ -8,7 +8,7 @@ weights.
 The problem is Table 1 of Calvello, Kovachki, Levine and Stuart (§6.2.2):
 :math:`-\\nabla\\cdot(a\\nabla u) = 1` on the unit square, :math:`u = 0` on the boundary,
 :math:`a = e^g`, :math:`g \\sim \\mathcal N(0, 48^2(-\\Delta + 12^2 I)^{-2})`
-(:mod:`geoattn.data.calvello`). Each coefficient is one function, evaluated at the nodes of every
+(:mod:`problems.calvello`). Each coefficient is one function, evaluated at the nodes of every
 mesh (the input) and at the quadrature points of a fine reference mesh, where the P1 solution is
 computed once and interpolated to the nodes of every mesh (the target): the targets of all meshes
 are the same continuum solution, up to the reference's discretisation error, and a model's error
@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from geoattn.data.calvello import calvello_coefficient, calvello_field
+from problems.calvello import calvello_coefficient, calvello_field
 from geoattn.data.darcy import DarcyProblem, sample_data
 from geoattn.mesh import families, from_meshio
 from geoattn.train import relative_l2

@@ -11,7 +11,7 @@ prediction in mean square is the conditional mean of the solution given what the
 
 the average of the solutions over the coefficients that agree with the nodes. Those are drawn from
 the Gaussian random field conditioned on that information
-(:mod:`geoattn.data.conditional`): its values for lognormal coefficients (exact Gaussian
+(:mod:`problems.conditional`): its values for lognormal coefficients (exact Gaussian
 conditioning), its signs for piecewise-constant ones (a Markov chain started at the test sample
 itself, which is a draw of the same law: exact Hamiltonian Monte Carlo, whose draws are nearly
 independent, or with ``--sampler slice`` elliptical slice sampling, which the first floors used). Each draw is solved on the reference mesh
@@ -51,9 +51,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import darcy_compare as dc  # noqa: E402
+from darcy.meshes import DOMAINS, benchmark_meshes, coefficient_field, fem_floor  # noqa: E402
+from darcy.race import SCALES, Scale  # noqa: E402
 
-from geoattn.data.conditional import SignConditionedField, ValueConditionedField  # noqa: E402
+from problems.conditional import SignConditionedField, ValueConditionedField  # noqa: E402
 from geoattn.data.darcy import FAMILIES, DarcyProblem  # noqa: E402
 from geoattn.mesh import families, from_meshio  # noqa: E402
 from geoattn.mesh.interpolation import linear_interpolation  # noqa: E402
@@ -106,7 +107,7 @@ def conditional_draws(field, family: str, truth, nodes: np.ndarray, rng: np.rand
     raise ValueError(f"unknown family {family!r}; choose one of {sorted(FAMILIES)}")
 
 
-def bayes_floor(scale: dc.Scale, family: str, domain: str = "square", draws: int = 32, burn: int = 10,
+def bayes_floor(scale: Scale, family: str, domain: str = "square", draws: int = 32, burn: int = 10,
                 thin: int = 1, seed: int = 0, chain_seed: int = 0, show_progress: bool = True,
                 only: list[str] | None = None, sampler: str = "hmc") -> dict:
     """The floor of every mesh (or of those in ``only``):
@@ -114,11 +115,11 @@ def bayes_floor(scale: dc.Scale, family: str, domain: str = "square", draws: int
     mean, its standard error, the RMS and the values over the test samples of
     :func:`corrected_errors`, the mean from the first half of the draws, the same summary of
     :func:`spread_errors` (a dict), and the mean :func:`lag_one_correlation`."""
-    meshes = dc.benchmark_meshes(scale.mesh_n, domain)
+    meshes = benchmark_meshes(scale.mesh_n, domain)
     unknown = set(only or ()) - set(meshes)
     if unknown:
         raise ValueError(f"meshes {sorted(unknown)} are not in the {domain} race; choose from {list(meshes)}")
-    field = dc.coefficient_field(meshes)
+    field = coefficient_field(meshes)
     reference = DarcyProblem(families.refine(meshes["train"], 2))
     ref_pos = torch.as_tensor(reference.nodes, dtype=torch.float64)
     bases = {name: from_meshio(m, dtype=torch.float64) for name, m in meshes.items()}
@@ -242,8 +243,8 @@ def table(floors: dict, fem: dict) -> str:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scale", choices=sorted(dc.SCALES), default="cpu")
-    parser.add_argument("--domain", choices=dc.DOMAINS, default="square")
+    parser.add_argument("--scale", choices=sorted(SCALES), default="cpu")
+    parser.add_argument("--domain", choices=DOMAINS, default="square")
     parser.add_argument("--families", nargs="+", choices=sorted(FAMILIES), default=["lognormal", "piecewise"])
     parser.add_argument("--mesh-n", type=int, default=None,
                         help="the training mesh's size, as darcy_compare.py's --mesh-n (default: the scale's)")
@@ -290,13 +291,13 @@ def main(argv: list[str] | None = None) -> dict:
     if args.burn < 0 or args.thin < 1:
         parser.error(f"need --burn >= 0 and --thin >= 1, got {args.burn} and {args.thin}")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
-    scale = dc.SCALES[args.scale]
+    scale = SCALES[args.scale]
     scale = replace(scale, **{k: v for k in ("mesh_n", "n_train", "n_test") if (v := getattr(args, k)) is not None})
     tic, cpu = time.perf_counter(), time.process_time()
     floors = {f: bayes_floor(scale, f, args.domain, args.draws, args.burn, args.thin, only=args.meshes,
                              sampler=args.sampler)
               for f in args.families}
-    fem = {f: dc.fem_floor(scale, f, args.domain) for f in args.families}
+    fem = {f: fem_floor(scale, f, args.domain) for f in args.families}
     text = table(floors, fem)
     load = os.getloadavg()
     text += (f"\nscale {args.scale} (training mesh n = {scale.mesh_n}, test samples {scale.n_train} to "

@@ -8,7 +8,7 @@ transformers, trained on one discretisation and scored on others they were not t
     python benchmarks/galerkin_experiments.py --experiment inverse --scale gpu --device cuda --out bench_out/inverse_gpu
 
 ``burgers``: viscous Burgers' equation, :math:`u_0 \\mapsto u(\\cdot, 1)`, :math:`\\nu = 0.1`
-(:mod:`geoattn.data.burgers`). For each resolution ``n`` the Galerkin (GT) and Fourier (FT)
+(:mod:`problems.burgers`). For each resolution ``n`` the Galerkin (GT) and Fourier (FT)
 transformers are trained on the uniform grid of ``n`` points and scored, without retraining, on
 the uniform test grid, on a random non-uniform grid of ``n`` nodes per test sample (drawn from the
 fine grid with density :math:`\\propto \\sqrt{|u'|^2 + \\nu |u''|^2}` of the solution, periodic
@@ -17,7 +17,7 @@ ablation, on the non-uniform grid with node-average weights :math:`1/n` in place
 weights (on the uniform training grid the two weights coincide, so the ablation model is the same
 trained model).
 
-``inverse``: the Darcy inverse coefficient problem (:mod:`geoattn.data.inverse`): noisy solution
+``inverse``: the Darcy inverse coefficient problem (:mod:`problems.inverse`): noisy solution
 on an irregular input mesh to the piecewise-constant coefficient on a coarser irregular mesh, for
 each noise level; the model reads one mesh and answers on the other through a Galerkin (resp.
 Fourier) cross-attention decoder. Each model is scored on the training mesh and on input meshes
@@ -54,9 +54,9 @@ from torch_geometric.data import Batch
 
 from timing import machine as describe_machine
 
-from geoattn.data.burgers import (BurgersData, FourierSeries, PeriodicGaussianRandomField, burgers_data,
-                                  nonuniform_samples, on_circle, uniform_samples)
-from geoattn.data.inverse import NOISE_LEVELS, InverseProblem, node_variance
+from problems.burgers import (BurgersData, FourierSeries, PeriodicGaussianRandomField, burgers_data,
+                              nonuniform_samples, on_circle, uniform_samples)
+from problems.inverse import NOISE_LEVELS, InverseProblem, node_variance
 from geoattn.mesh import families
 from geoattn.models import GalerkinTransformer
 from geoattn.optional import progress

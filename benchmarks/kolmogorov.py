@@ -7,7 +7,7 @@ scattered point sets never trained on, with and without quadrature weights.
 The operator is the paper's one-step map :math:`\\omega(T) \\mapsto \\omega(T + \\Delta t)` of
 Calvello, Kovachki, Levine and Stuart (§6.2.3): :math:`\\nu = 1/70`, forcing :math:`\\sin(4y)\\hat x`,
 :math:`\\omega_0 \\sim \\mathcal N(0, 7^3(-\\Delta + 49 I)^{-5})`, :math:`T = 11`,
-:math:`\\Delta t = 0.1` (:mod:`geoattn.data.navier_stokes`). Every pair is solved once, as a
+:math:`\\Delta t = 0.1` (:mod:`problems.navier_stokes`). Every pair is solved once, as a
 trigonometric polynomial, and the *same* continuum pair is then read on every discretisation:
 
 - ``grid``: the uniform training grid (trapezoid weights :math:`(2\\pi/n)^2`);
@@ -60,9 +60,9 @@ import torch
 
 from timing import machine as describe_machine
 
-from geoattn.data.navier_stokes import (LENGTH, KolmogorovSolver, PeriodicGaussianField, evaluate,
-                                        grid_values, kolmogorov_pairs, pair_samples,
-                                        periodic_voronoi_weights, scattered_points, torus_grid)
+from problems.navier_stokes import (LENGTH, KolmogorovSolver, PeriodicGaussianField, evaluate,
+                                    grid_values, kolmogorov_pairs, pair_samples,
+                                    periodic_voronoi_weights, scattered_points, torus_grid)
 from geoattn.models import MODELS, build_model
 from geoattn.nn.spectral import resolved_modes
 from geoattn.train import NormalizedOperator, Trainer, evaluate_errors, relative_l2

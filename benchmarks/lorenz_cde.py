@@ -4,7 +4,7 @@
     python benchmarks/lorenz_cde.py --experiment lorenz2 --scale cpu --out lorenz2.json --figure docs/images/lorenz_cde
     python benchmarks/lorenz_cde.py --experiment all --scale gpu --device cuda --out lorenz_cde_gpu.json
 
-Experiments (``--experiment``, :data:`geoattn.data.odes.OPERATORS`):
+Experiments (``--experiment``, :data:`problems.odes.OPERATORS`):
 
 - ``lorenz1``: :math:`\\{x(t), y(0), z(0)\\} \\mapsto \\{y(t), z(t)\\}` on Lorenz-63;
 - ``lorenz2``: :math:`x(t) \\mapsto y(t)` on Lorenz-63 (the paper's non-uniform-grid experiment);
@@ -46,8 +46,8 @@ import torch
 
 from timing import machine as describe_machine
 
-from geoattn.data.odes import (DT, OPERATORS, TRANSFER_DTS, nonuniform_grid, ode_samples,
-                               uniform_grid)
+from problems.odes import (DT, OPERATORS, TRANSFER_DTS, nonuniform_grid, ode_samples,
+                           uniform_grid)
 from geoattn.models import TNO
 from geoattn.optional import require
 from geoattn.train import NormalizedOperator, evaluate_errors
@@ -88,7 +88,7 @@ SCALES = {
     # (eq. 18). The paper gives no optimiser settings; from its code: 8 heads, batch 64, at most 100
     # epochs, learning rate 1e-3 (of {1e-3, 1e-4}). Ours: the Trainer's AdamW (weight decay 1e-4)
     # with a one-cycle schedule in place of the code's Adam with ReduceLROnPlateau, no dropout (code
-    # 1e-4), the library's initial conditions and controls (geoattn.data.odes).
+    # 1e-4), the initial conditions and controls of problems.odes.
     "paper": Scale(n_train=8000, n_test=1000, epochs=100, batch_size=64, lr=1e-3, width=128, depth=6,
                    num_heads=8, ff_mult=1),
     # the paper preset in miniature, for the tests of resuming

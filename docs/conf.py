@@ -24,3 +24,16 @@ exclude_patterns = ["_build"]
 html_theme = "alabaster"
 nitpicky = False
 suppress_warnings = ["autosummary.import_cycle"]
+
+# The benchmark results pages (docs/results/*.md) are markdown in one fixed layout: MyST reads
+# them where it is installed, a small converter (docs/_ext/results_markdown.py) otherwise.
+import importlib.util  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+if importlib.util.find_spec("myst_parser") is not None:
+    extensions.append("myst_parser")
+    source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+else:
+    sys.path.insert(0, str(Path(__file__).parent / "_ext"))
+    extensions.append("results_markdown")

@@ -24,8 +24,8 @@ import numpy as np
 import scipy.fft
 import torch
 
-from ..mesh import MeshData, periodic_weights
-from ..optional import progress
+from geoattn.mesh import MeshData, periodic_weights
+from geoattn.optional import progress
 
 TWO_PI = 2.0 * math.pi
 

@@ -28,10 +28,10 @@ from collections.abc import Mapping
 import meshio
 import torch
 
-from ..errors import ConfigError
-from ..mesh import MeshData
-from .darcy import FAMILIES, darcy_samples
-from .grf import GaussianRandomField
+from geoattn.data.darcy import FAMILIES, darcy_samples
+from geoattn.data.grf import GaussianRandomField
+from geoattn.errors import ConfigError
+from geoattn.mesh import MeshData
 
 #: :math:`(\sigma, \tau)` of the covariance :math:`\sigma^2(-\Delta + \tau^2 I)^{-2}` by paper
 #: version: ``"v1"`` as in the LaTeX source of the earlier arXiv version, ``"v3"`` as the OCR of

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
-from .grf import GaussianRandomField, GRFSample
+from geoattn.data.grf import GaussianRandomField, GRFSample
 
 
 def _points(field: GaussianRandomField, points) -> np.ndarray:

@@ -27,11 +27,11 @@ import meshio
 import numpy as np
 import torch
 
-from ..mesh import MeshData, from_meshio
-from ..mesh.families import to_skfem
-from ..optional import progress, require
-from .darcy import DarcyProblem, PiecewiseConstant
-from .grf import GaussianRandomField, preset
+from geoattn.data.darcy import DarcyProblem, PiecewiseConstant
+from geoattn.data.grf import GaussianRandomField, preset
+from geoattn.mesh import MeshData, from_meshio
+from geoattn.mesh.families import to_skfem
+from geoattn.optional import progress, require
 
 skfem = require("skfem", "data", "the inverse coefficient problem")
 

@@ -38,10 +38,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..errors import ConfigError
-from ..mesh import MeshData
-from ..mesh.validation import validate_points
-from ..optional import progress
+from geoattn.errors import ConfigError
+from geoattn.mesh import MeshData
+from geoattn.mesh.validation import validate_points
+from geoattn.optional import progress
 
 log = logging.getLogger(__name__)
 

@@ -35,8 +35,8 @@ import torch
 from scipy.integrate import solve_ivp
 from torch_geometric.data import Data
 
-from ..mesh.weights import quadrature_weights
-from ..optional import progress as progress_bar
+from geoattn.mesh.weights import quadrature_weights
+from geoattn.optional import progress as progress_bar
 
 #: Time horizon :math:`T` and training step :math:`\Delta t` of the paper's experiments.
 HORIZON, DT = 2.0, 0.01

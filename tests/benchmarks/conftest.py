@@ -5,6 +5,11 @@ from pathlib import Path
 import pytest
 
 FOLDER = Path(__file__).resolve().parents[2] / "benchmarks"
+# The problem generators of the scripts (benchmarks/problems) are imported as ``problems.*`` by the
+# test modules here, at collection already: the folder stays on sys.path (last, so that it shadows
+# nothing installed).
+if str(FOLDER) not in sys.path:
+    sys.path.append(str(FOLDER))
 
 
 @pytest.fixture(scope="module")

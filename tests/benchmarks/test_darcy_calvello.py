@@ -26,9 +26,9 @@ def test_targets_are_the_reference_solution_on_every_mesh(script):
     values = script.solutions(scale, meshes, seed=0)
     # the training grid's nodes are reference nodes (12 = 2 x 6): the interpolated target is the
     # reference solution there, and the lumped-weight integral of 1 is the area on every mesh
-    from geoattn.data.calvello import calvello_coefficient
     from geoattn.data.darcy import DarcyProblem
     from geoattn.mesh import families
+    from problems.calvello import calvello_coefficient
 
     reference = DarcyProblem(families.unit_square(scale.reference))
     u = reference.solve(calvello_coefficient(0, 1, "lognormal"))

@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from geoattn.data.burgers import burgers_data, nonuniform_samples, on_circle
 from geoattn.train import NormalizedOperator
+from problems.burgers import burgers_data, nonuniform_samples, on_circle
 
 THREADS = ["--threads", str(torch.get_num_threads())]  # leave the session's thread count as it is
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from geoattn.data.navier_stokes import LENGTH, evaluate
+from problems.navier_stokes import LENGTH, evaluate
 
 
 SCRIPT = "kolmogorov"  # the ``script`` fixture (conftest.py)

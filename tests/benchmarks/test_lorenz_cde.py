@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from geoattn.data.odes import nonuniform_grid, ode_samples
 from geoattn.train import relative_l2
+from problems.odes import nonuniform_grid, ode_samples
 
 
 SCRIPT = "lorenz_cde"  # the ``script`` fixture (conftest.py)

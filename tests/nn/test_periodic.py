@@ -73,13 +73,6 @@ def test_periodic_weights_uniform_grid_is_exact_for_trigonometric_polynomials():
     assert abs(w @ np.cos(2 * math.pi * 16 * pos[:, 0]) - 2.0) < 1e-13
 
 
-def test_periodic_weights_1d_is_the_burgers_trapezoid_rule():
-    from geoattn.data import periodic_trapezoid_weights
-
-    x = np.sort(np.random.default_rng(0).random(30))
-    np.testing.assert_allclose(periodic_weights(x[:, None], 1.0), periodic_trapezoid_weights(x), rtol=1e-14)
-
-
 def test_periodic_voronoi_weights_tile_the_torus_and_converge_at_second_order():
     rng = np.random.default_rng(1)
     cloud = rng.random((300, 2)) * [1.0, 2.0]

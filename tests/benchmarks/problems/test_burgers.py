@@ -8,10 +8,11 @@ import pytest
 import torch
 from scipy.special import ive
 
-from geoattn.data.burgers import (FourierSeries, PeriodicGaussianRandomField, burgers_data,
-                                  circle_coordinates, cole_hopf, nonuniform_samples, on_circle,
-                                  periodic_trapezoid_weights, sampling_density, solve_burgers,
-                                  subsample, uniform_samples)
+from geoattn.mesh import periodic_weights
+from problems.burgers import (FourierSeries, PeriodicGaussianRandomField, burgers_data,
+                              circle_coordinates, cole_hopf, nonuniform_samples, on_circle,
+                              periodic_trapezoid_weights, sampling_density, solve_burgers,
+                              subsample, uniform_samples)
 
 SINE = FourierSeries(np.array([0.0, -0.5j]))  # sin(2 pi x)
 
@@ -153,6 +154,12 @@ def test_periodic_trapezoid_weights():
         periodic_trapezoid_weights([0.1, 0.2, 0.2])
     with pytest.raises(ValueError, match=r"\[0, 1"):
         periodic_trapezoid_weights([0.1, 1.0])
+
+
+def test_periodic_weights_1d_is_the_burgers_trapezoid_rule():
+    """geoattn.mesh.periodic_weights in 1-D is this periodic trapezoid rule."""
+    x = np.sort(np.random.default_rng(0).random(30))
+    np.testing.assert_allclose(periodic_weights(x[:, None], 1.0), periodic_trapezoid_weights(x), rtol=1e-14)
 
 
 def test_uniform_and_nonuniform_samples():

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from geoattn.data.calvello import COVARIANCES, calvello_coefficient, calvello_darcy, calvello_field
 from geoattn.errors import ConfigError
 from geoattn.mesh import families
+from problems.calvello import COVARIANCES, calvello_coefficient, calvello_darcy, calvello_field
 
 
 @pytest.mark.parametrize("version", ["v1", "v3"])

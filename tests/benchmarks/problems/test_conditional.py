@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from geoattn.data.conditional import SignConditionedField, ValueConditionedField
 from geoattn.data.grf import GaussianRandomField
+from problems.conditional import SignConditionedField, ValueConditionedField
 
 
 def _field(modes=16):

@@ -8,8 +8,8 @@ from torch_geometric.data import Batch
 
 from geoattn.data.darcy import PiecewiseConstant, solve_darcy
 from geoattn.data.grf import preset
-from geoattn.data.inverse import InverseProblem, add_noise, hat_average, node_variance
 from geoattn.mesh import families
+from problems.inverse import InverseProblem, add_noise, hat_average, node_variance
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from geoattn.data.navier_stokes import (LENGTH, KolmogorovSolver, PeriodicGaussianField, evaluate,
-                                        grid_values, kolmogorov_pairs, pair_samples, periodic_voronoi_weights,
-                                        scattered_points, torus_grid)
 from geoattn.errors import ConfigError
+from problems.navier_stokes import (LENGTH, KolmogorovSolver, PeriodicGaussianField, evaluate,
+                                    grid_values, kolmogorov_pairs, pair_samples, periodic_voronoi_weights,
+                                    scattered_points, torus_grid)
 
 
 @pytest.fixture(autouse=True)

@@ -6,10 +6,10 @@ import pytest
 import torch
 from scipy.integrate import solve_ivp
 
-from geoattn.data.odes import (ATOL, DT, HORIZON, RTOL, OPERATORS, TRANSFER_DTS, ControlledODE, Lorenz63,
-                               check_times, nonuniform_grid, ode_samples, operator_data,
-                               time_weights, uniform_grid)
 from geoattn.mesh import node_average_weights
+from problems.odes import (ATOL, DT, HORIZON, RTOL, OPERATORS, TRANSFER_DTS, ControlledODE, Lorenz63,
+                           check_times, nonuniform_grid, ode_samples, operator_data,
+                           time_weights, uniform_grid)
 
 
 def lorenz_rk4(initial: np.ndarray, h: float, horizon: float, every: int) -> np.ndarray:
