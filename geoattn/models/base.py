@@ -29,7 +29,7 @@ RENAMED_ARGUMENTS = {"heads": "num_heads"}
 log = logging.getLogger(__name__)
 
 
-def call_arguments(mesh, args: tuple, kwargs: dict) -> tuple[Mesh, Mesh | None]:
+def call_arguments(mesh, args: tuple, kwargs: dict, x: torch.Tensor | None = None) -> tuple[Mesh, Mesh | None]:
     """The ``(mesh, query)`` of an operator call ``op(x, mesh, *, query=None)``, or of the former
     ``op(x, pos, weight, batch=None, *, pos_query=None, weight_query=None, batch_query=None)``
     (bare tensors become a :class:`~geoattn.mesh.Mesh`, see :func:`~geoattn.mesh.as_mesh`).
@@ -47,9 +47,17 @@ def call_arguments(mesh, args: tuple, kwargs: dict) -> tuple[Mesh, Mesh | None]:
     pos_query = kwargs.pop("pos_query", None)
     weight_query = kwargs.pop("weight_query", None)
     batch_query = kwargs.pop("batch_query", None)
-    if batch is not None and torch.is_tensor(weight):
-        # the former contract's checks name a bad batch vector before a Mesh is made of it
-        validate_weights(weight, weight.shape[0] if weight.dim() else 0, batch=batch)
+    if x is not None:  # the former contract's checks, in its order, before a Mesh is made
+        n = x.shape[0]
+        bad_weight = not torch.is_tensor(weight) or weight.dim() != 1 or weight.shape[0] != n
+        bad_batch = batch is not None and (not torch.is_tensor(batch) or batch.shape != (n,)
+                                           or batch.is_floating_point() or batch.dtype == torch.bool)
+        if bad_weight or bad_batch:
+            validate_weights(weight, n, batch=batch)  # names the problem
+        if batch is not None and n > 0:
+            step = batch[1:] - batch[:-1]
+            if bool((batch[0] != 0) | ((step != 0) & (step != 1)).any()):
+                NeuralOperator._raise_value_error(x, mesh, weight, batch)
     mesh = as_mesh(mesh, weight, batch)
     if pos_query is not None:
         if weight_query is None:
@@ -104,7 +112,7 @@ class NeuralOperator(nn.Module):
         cls.__init__ = recording_init
 
     def __call__(self, x: torch.Tensor, mesh=None, *args, **kwargs) -> torch.Tensor:
-        mesh, query = call_arguments(mesh, args, kwargs)  # leaves other keywords in kwargs
+        mesh, query = call_arguments(mesh, args, kwargs, x)  # leaves other keywords in kwargs
         if not self._takes_mesh:  # a forward written for (x, pos, weight, batch)
             if query is not None:
                 kwargs.update(pos_query=query.pos, batch_query=query.batch_vector)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..mesh.mesh import Mesh, as_mesh
 from .base import NeuralOperator
 
 
@@ -98,8 +99,8 @@ class EncoderBlock(nn.Module):
 
     Args:
         mixer: a layer with ``forward(x, pos, weight, batch=None, *, ...)`` (attention, integral
-            operator); keyword arguments of the block's call (structure such as a partition)
-            are passed on to it.
+            operator); keyword arguments of the block's call (structure such as a partition, the
+            batch ``layout``) are passed on to it.
         width: channel width ``C``.
         ff_mult: hidden size of :math:`F` as a multiple of ``C`` (default ``2``).
         prenorm: normalise before the mixer and the feed-forward network (default ``False``).
@@ -137,25 +138,30 @@ class EncoderOperator(NeuralOperator):
     Subclasses set ``self.inputs`` (:class:`CoordinateFeatures`), ``self.lift`` (a
     :class:`PointwiseMLP` on its output), ``self.blocks`` (:class:`EncoderBlock` list),
     ``self.project`` and ``self.decoder`` (:meth:`check_decoder`); :meth:`forward` is then
-    ``project(encode(...))`` on the input mesh or ``project(decode_cross(...))`` on a query mesh. With ``decoder="cross"`` they call :meth:`build_cross_decoder`
-    with a cross-attention layer :math:`C` and read their output on a query mesh :math:`y` with
-    :meth:`decode_cross`: an embedding :math:`E` of the query coordinates attends to the encoder
-    features :math:`h` on the input mesh,
+    ``project(encode(x, mesh))`` on the input mesh or ``project(decode_cross(...))`` on a query
+    mesh. With ``decoder="cross"`` they call :meth:`build_cross_decoder` with a cross-attention
+    layer :math:`C` and read their output on a query mesh :math:`y` with :meth:`decode_cross`: an
+    embedding :math:`E` of the query coordinates attends to the encoder features :math:`h` on the
+    input mesh,
 
     .. math::
         z(y) = \operatorname{LN}\big(E(y) + C(E, h)(y)\big),
 
-    so the model answers on any mesh, including its input mesh.
+    so the model answers on any mesh, including its input mesh. The blocks and the
+    cross-attention get the meshes' batch layouts (``layout=mesh.layout``,
+    ``layout_query=query.layout``), so a batch of meshes runs without host reads.
     """
 
-    def encode(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
+    def encode(self, x: torch.Tensor, mesh: Mesh, weight: torch.Tensor | None = None,
                batch: torch.Tensor | None = None, **structure) -> torch.Tensor:
-        """The encoder features ``[N, width]`` on the input mesh (``structure``: keyword
-        arguments of the blocks' mixers)."""
-        self.check_call(x, pos, weight, batch)
+        """The encoder features ``[N, width]`` on ``mesh`` (a :class:`~geoattn.mesh.Mesh`, or the
+        former ``pos, weight, batch``; ``structure``: further keyword arguments of the blocks'
+        mixers). The inputs are checked by :meth:`forward`, not here."""
+        mesh = as_mesh(mesh, weight, batch)
+        pos, weight, batch = mesh.pos, mesh.weight, mesh.batch_vector
         h = self.lift(self.inputs(x, pos))
         for block in self.blocks:
-            h = block(h, pos, weight, batch, **structure)
+            h = block(h, pos, weight, batch, layout=mesh.layout, **structure)
         return h
 
     @staticmethod
@@ -177,28 +183,31 @@ class EncoderOperator(NeuralOperator):
                      batch: torch.Tensor | None, pos_query: torch.Tensor,
                      batch_query: torch.Tensor | None, **query) -> torch.Tensor:
         """Features ``[Nq, width]`` on the query nodes from the encoder features ``h`` on the
-        input mesh (``query``: further keywords of the cross-attention, e.g. the query weights
-        and patches)."""
+        input mesh (``query``: further keywords of the cross-attention, e.g. the batch layouts
+        ``layout`` and ``layout_query``, the query weights and patches)."""
         q = self.query_embed(pos_query)
         return self.cross_norm(q + self.cross(h, pos, weight, batch, x_query=q, pos_query=pos_query,
                                               batch_query=batch_query, **query))
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                batch: torch.Tensor | None = None, *, pos_query: torch.Tensor | None = None,
-                batch_query: torch.Tensor | None = None) -> torch.Tensor:
-        """The output on the input mesh (``decoder="pointwise"``), or on the query nodes
-        ``pos_query`` (``decoder="cross"``; default: the input nodes)."""
-        self.check_query(pos_query)
-        h = self.encode(x, pos, weight, batch)
+    def forward(self, x: torch.Tensor, mesh: Mesh, *, query: Mesh | None = None) -> torch.Tensor:
+        """The output ``[N, C_out]`` on ``mesh`` (``decoder="pointwise"``), or ``[Nq, C_out]`` on
+        the nodes of the :class:`~geoattn.mesh.Mesh` ``query`` (``decoder="cross"``; default:
+        the input mesh)."""
+        self.check_call(x, mesh)
+        self.check_query(query)
+        h = self.encode(x, mesh)
         if self.decoder == "pointwise":
             return self.project(h)
-        if pos_query is None:
-            pos_query, batch_query = pos, batch
-        return self.project(self.decode_cross(h, pos, weight, batch, pos_query, batch_query))
+        if query is None:
+            query = mesh
+        return self.project(self.decode_cross(h, mesh.pos, mesh.weight, mesh.batch_vector, query.pos,
+                                              query.batch_vector, layout=mesh.layout,
+                                              layout_query=query.layout))
 
-    def check_query(self, pos_query: torch.Tensor | None) -> None:
-        """Refuse a query mesh when the model answers on its input mesh only."""
-        if self.decoder == "pointwise" and pos_query is not None:
+    def check_query(self, query) -> None:
+        """Refuse a query mesh (a :class:`~geoattn.mesh.Mesh`, or the former ``pos_query``) when
+        the model answers on its input mesh only."""
+        if self.decoder == "pointwise" and query is not None:
             raise ValueError(f"this {type(self).__name__} answers on its input mesh "
                              "(decoder='pointwise'); build it with decoder='cross' to answer "
                              "on a query mesh")

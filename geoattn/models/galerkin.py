@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..nn.galerkin_attention import FourierAttention, GalerkinAttention
+from ..mesh.mesh import Mesh
 from ..nn.spectral import SpectralIntegral
 from .encoder import DECODERS, CoordinateFeatures, EncoderBlock, EncoderOperator, PointwiseMLP
 
@@ -102,7 +105,9 @@ class SpectralDecoder(nn.Module):
             problem, where the layer supports it).
 
     Shapes:
-        - ``h [N, in_channels]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` to ``[N, width]``.
+        - ``h [N, in_channels]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional) and
+          the batch ``layout`` (optional keyword, ``mesh.layout``: passed on to the spectral
+          layers where they take it) to ``[N, width]``.
     """
 
     def __init__(self, in_channels: int, dim: int, width: int = 32, modes=4, depth: int = 2,
@@ -116,12 +121,19 @@ class SpectralDecoder(nn.Module):
         self.spectral = nn.ModuleList(SpectralIntegral(a, b, modes, dim, **spectral)
                                       for a, b in zip(sizes, sizes[1:]))
         self.linears = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes, sizes[1:]))
+        # the spectral layers take the batch layout where their signature has it
+        layer = type(self.spectral[0])
+        self._layout_in_basis = "layout" in inspect.signature(layer.basis).parameters
+        self._layout_in_forward = "layout" in inspect.signature(layer.forward).parameters
 
     def forward(self, h: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                batch: torch.Tensor | None = None) -> torch.Tensor:
-        basis = self.spectral[0].basis(pos, weight, batch)  # the nodes' Fourier basis, every layer
+                batch: torch.Tensor | None = None, *, layout=None) -> torch.Tensor:
+        given = {} if layout is None else {"layout": layout}
+        # the nodes' Fourier basis, shared by every layer
+        basis = self.spectral[0].basis(pos, weight, batch, **(given if self._layout_in_basis else {}))
+        structure = dict(basis=basis, **(given if self._layout_in_forward else {}))
         for spectral, linear in zip(self.spectral, self.linears):
-            h = F.silu(linear(h) + spectral(h, pos, weight, batch, basis=basis))
+            h = F.silu(linear(h) + spectral(h, pos, weight, batch, **structure))
         return h
 
 
@@ -159,7 +171,7 @@ class GalerkinTransformer(EncoderOperator, name="galerkin"):
     :math:`z \mapsto \operatorname{SiLU}(W z + \mathcal K z)` with the quadrature spectral
     integral :class:`~geoattn.nn.SpectralIntegral` on the nodes, then ``Linear -> SiLU ->
     Linear``; :class:`SpectralDecoder`), or ``"cross"`` (one cross-attention of the same type from
-    an embedding of the query coordinates, so the model answers on ``pos_query``;
+    an embedding of the query coordinates, so the model answers on the nodes of a query mesh;
     :class:`~geoattn.models.encoder.EncoderOperator`).
 
     Args:
@@ -182,8 +194,12 @@ class GalerkinTransformer(EncoderOperator, name="galerkin"):
             ``None``: its defaults).
 
     Shapes:
-        - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional),
-          ``pos_query [Nq, d]`` and ``batch_query [Nq]`` (optional, ``decoder="cross"`` only).
+        - input: ``model(x, mesh, *, query=None)``: ``x [N, C_in]`` on the nodes of ``mesh`` (a
+          :class:`~geoattn.mesh.Mesh`: ``pos [N, d]``, ``weight [N]`` and, for a batch
+          (:meth:`~geoattn.mesh.Mesh.batch`), its layout), and ``query`` (optional,
+          ``decoder="cross"`` only): a :class:`~geoattn.mesh.Mesh` of ``Nq`` nodes, with as many
+          graphs as ``mesh``. The former call ``model(x, pos, weight, batch, pos_query=...,
+          batch_query=...)`` still works.
         - output: ``[N, C_out]``, or ``[Nq, C_out]`` with a query mesh.
     """
 
@@ -223,19 +239,20 @@ class GalerkinTransformer(EncoderOperator, name="galerkin"):
         if decoder == "cross":
             self.build_cross_decoder(attention_layer(), width, dim)
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                batch: torch.Tensor | None = None, *, pos_query: torch.Tensor | None = None,
-                batch_query: torch.Tensor | None = None) -> torch.Tensor:
-        """The output on the input mesh (``decoder="pointwise"`` or ``"spectral"``), or on the
-        query nodes ``pos_query`` (``decoder="cross"``; default: the input nodes)."""
+    def forward(self, x: torch.Tensor, mesh: Mesh, *, query: Mesh | None = None) -> torch.Tensor:
+        """The output ``[N, C_out]`` on ``mesh`` (``decoder="pointwise"`` or ``"spectral"``), or
+        ``[Nq, C_out]`` on the nodes of the :class:`~geoattn.mesh.Mesh` ``query``
+        (``decoder="cross"``; default: the input mesh)."""
         if self.decoder != "spectral":
-            return super().forward(x, pos, weight, batch, pos_query=pos_query, batch_query=batch_query)
-        self.check_query(pos_query)
-        h = self.encode(x, pos, weight, batch)
-        return self.project(self.spectral_decoder(h, pos, weight, batch))
+            return super().forward(x, mesh, query=query)
+        self.check_call(x, mesh)
+        self.check_query(query)
+        h = self.encode(x, mesh)
+        return self.project(self.spectral_decoder(h, mesh.pos, mesh.weight, mesh.batch_vector,
+                                                  layout=mesh.layout))
 
-    def check_query(self, pos_query: torch.Tensor | None) -> None:
-        if self.decoder != "cross" and pos_query is not None:
+    def check_query(self, query) -> None:
+        if self.decoder != "cross" and query is not None:
             raise ValueError(f"this {type(self).__name__} answers on its input mesh "
                              f"(decoder={self.decoder!r}); build it with decoder='cross' to answer "
                              "on a query mesh")

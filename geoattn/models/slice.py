@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..mesh.mesh import Mesh
 from ..nn.slice_attention import SliceAttention
 from .base import NeuralOperator
 from .encoder import CoordinateFeatures, EncoderBlock, PointwiseMLP
@@ -39,8 +40,11 @@ class SliceTransformer(NeuralOperator, name="slice"):
             :class:`~geoattn.models.encoder.CoordinateFeatures` (default ``None``: none).
 
     Shapes:
-        - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional).
-        - output: ``[N, C_out]``.
+        - input: ``model(x, mesh)``: ``x [N, C_in]`` on the nodes of ``mesh`` (a
+          :class:`~geoattn.mesh.Mesh`: ``pos [N, d]``, ``weight [N]`` and, for a batch
+          (:meth:`~geoattn.mesh.Mesh.batch`), its layout). The former call
+          ``model(x, pos, weight, batch)`` still works.
+        - output: ``[N, C_out]`` on the input mesh.
     """
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
@@ -57,10 +61,12 @@ class SliceTransformer(NeuralOperator, name="slice"):
             for _ in range(depth))
         self.project = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, out_channels))
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                batch: torch.Tensor | None = None) -> torch.Tensor:
-        self.check_call(x, pos, weight, batch)
+    def forward(self, x: torch.Tensor, mesh: Mesh, *, query: Mesh | None = None) -> torch.Tensor:
+        self.check_call(x, mesh)
+        if query is not None:
+            raise ValueError(f"{type(self).__name__} answers on its input mesh; it takes no query mesh")
+        pos, weight, batch = mesh.pos, mesh.weight, mesh.batch_vector
         h = self.lift(self.inputs(x, pos))
         for block in self.blocks:
-            h = block(h, pos, weight, batch)
+            h = block(h, pos, weight, batch, layout=mesh.layout)
         return self.project(h)

@@ -2,10 +2,15 @@ r"""Continuum softmax attention with quadrature weights, self and cross in one l
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
 from .functional import dense_batch, num_graphs, quadrature_attention, query_side, unpad
+
+if TYPE_CHECKING:
+    from ..mesh.mesh import Layout
 
 __all__ = ["ContinuumAttention"]
 
@@ -52,7 +57,11 @@ class ContinuumAttention(nn.Module):
         - **input:** ``x [N, C]``, ``pos [N, d]`` (unused, kept for the common signature),
           ``weight [N]``, ``batch [N]`` (optional, sorted); for cross-attention the query side
           ``x_query [Nq, C_q]``, ``pos_query [Nq, d]`` (unused) and ``batch_query [Nq]`` (give
-          both batch vectors or neither).
+          both batch vectors or neither); optionally the batch layouts ``layout`` and
+          ``layout_query`` (keywords, :class:`~geoattn.mesh.Layout`: ``mesh.layout`` of the
+          source and query meshes; without ``x_query`` the source's serves both): with them the
+          layer pads and unpads without reading the batch vectors back to the host, so a
+          :func:`torch.compile` graph stays whole on a batch of meshes.
         - **output:** ``[N, C]``, or ``[Nq, C_q]`` with a query side.
     """
 
@@ -85,23 +94,32 @@ class ContinuumAttention(nn.Module):
     def forward(self, x: torch.Tensor, pos: torch.Tensor | None, weight: torch.Tensor,
                 batch: torch.Tensor | None = None, *, x_query: torch.Tensor | None = None,
                 pos_query: torch.Tensor | None = None,
-                batch_query: torch.Tensor | None = None) -> torch.Tensor:
+                batch_query: torch.Tensor | None = None, layout: Layout | None = None,
+                layout_query: Layout | None = None) -> torch.Tensor:
         if x_query is None and self.query_channels != self.channels:
             raise ValueError(f"self-attention needs query_channels == channels; this layer reads "
                              f"{self.query_channels}-channel queries: pass x_query")
+        if x_query is None:
+            layout_query = layout
         x_query, _, batch_query = query_side(x, pos, batch, x_query, pos_query, batch_query)
-        b = num_graphs(batch, batch_query)
+        if layout is not None and layout_query is not None:  # sizes from the layouts: no host read
+            b = max(layout.num_graphs, layout_query.num_graphs)
+            sizes, sizes_q = layout.max_count, layout_query.max_count
+            counts_q = layout_query.counts
+        else:
+            b = num_graphs(batch, batch_query)
+            sizes = sizes_q = counts_q = None
         q = self.to_q(x_query)
         kv = torch.cat([self.to_k(x), self.to_v(x)], dim=-1)  # (N, 2 H D)
         # the query weights are irrelevant; ones give the dense helper a weight column to pad
-        q_d, _, _, q_mask = dense_batch(q, None, q.new_ones(q.shape[0]), batch_query, b)
-        kv_d, _, w_d, _ = dense_batch(kv, None, weight, batch, b)
+        q_d, _, _, q_mask = dense_batch(q, None, q.new_ones(q.shape[0]), batch_query, b, max_count=sizes_q)
+        kv_d, _, w_d, _ = dense_batch(kv, None, weight, batch, b, max_count=sizes)
         k_d, v_d = kv_d.chunk(2, dim=-1)  # (B, L, H D) each
         out = quadrature_attention(self._split_heads(q_d), self._split_heads(k_d),
                                    self._split_heads(v_d), w_d,
                                    dropout_p=self.dropout if self.training else 0.0)
         out = out.transpose(1, 2).flatten(2)  # (B, Lq, H D)
-        return self.to_out(unpad(out, q_mask, batch_query))  # (Nq, C_q)
+        return self.to_out(unpad(out, q_mask, batch_query, counts=counts_q))  # (Nq, C_q)
 
     def extra_repr(self) -> str:
         query = "" if self.query_channels == self.channels else f", query_channels={self.query_channels}"

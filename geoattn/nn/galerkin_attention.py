@@ -2,11 +2,16 @@ r"""Softmax-free Galerkin-type and Fourier-type attention with quadrature weight
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .functional import num_graphs, query_side, segment_matmul, weighted_gram
+
+if TYPE_CHECKING:
+    from ..mesh.mesh import Layout
 
 __all__ = ["FourierAttention", "GalerkinAttention"]
 
@@ -52,7 +57,11 @@ class GalerkinAttention(nn.Module):
     Shapes:
         - **input:** ``x [N, C]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional);
           optionally the query side ``x_query [Nq, C]``, ``pos_query [Nq, d]``,
-          ``batch_query [Nq]`` (give both batch vectors or neither).
+          ``batch_query [Nq]`` (give both batch vectors or neither); optionally the batch
+          layouts ``layout`` and ``layout_query`` (keywords, :class:`~geoattn.mesh.Layout`:
+          ``mesh.layout`` of the source and query meshes; without ``x_query`` the source's serves
+          both): with them the per-graph sums take the nodes per graph from the layouts and never
+          read the batch vectors back to the host.
         - **output:** ``[N, C]``, or ``[Nq, C]`` with a query side.
     """
 
@@ -114,13 +123,23 @@ class GalerkinAttention(nn.Module):
     def forward(self, x: torch.Tensor, pos: torch.Tensor | None, weight: torch.Tensor,
                 batch: torch.Tensor | None = None, *, x_query: torch.Tensor | None = None,
                 pos_query: torch.Tensor | None = None,
-                batch_query: torch.Tensor | None = None) -> torch.Tensor:
+                batch_query: torch.Tensor | None = None, layout: Layout | None = None,
+                layout_query: Layout | None = None) -> torch.Tensor:
+        if x_query is None:
+            layout_query = layout
         x_query, pos_query, batch_query = query_side(x, pos, batch, x_query, pos_query, batch_query)
         kv = self._heads(x, pos, ("k", "v"))
         q = self._heads(x_query, pos_query, ("q",))["q"]
-        b = None if batch is None else num_graphs(batch, batch_query)
-        s = weighted_gram(kv["k"], kv["v"], weight, batch, b)  # ([B], H, D + d, D + d)
-        out = segment_matmul(q, s, batch_query)  # (Nq, H, D + d)
+        counts = counts_q = None
+        if batch is None:
+            b = None
+        elif layout is not None and layout_query is not None:  # no host read
+            b = max(layout.num_graphs, layout_query.num_graphs)
+            counts, counts_q = layout.counts, layout_query.counts
+        else:
+            b = num_graphs(batch, batch_query)
+        s = weighted_gram(kv["k"], kv["v"], weight, batch, b, counts=counts)  # ([B], H, D + d, D + d)
+        out = segment_matmul(q, s, batch_query, counts=counts_q)  # (Nq, H, D + d)
         return self.to_out(out.reshape(q.shape[0], -1))  # (Nq, C)
 
     def extra_repr(self) -> str:

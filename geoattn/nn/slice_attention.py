@@ -2,10 +2,15 @@ r"""Quadrature-weighted slice ("physics") attention: Transolver's idea as a cont
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
 from .functional import dense_batch, num_graphs, unpad
+
+if TYPE_CHECKING:
+    from ..mesh.mesh import Layout
 
 __all__ = ["SliceAttention"]
 
@@ -47,7 +52,9 @@ class SliceAttention(nn.Module):
 
     Shapes:
         - **input:** ``x [N, C]``, ``pos [N, d]`` (unused, kept for the common signature),
-          ``weight [N]``, ``batch [N]`` (optional, sorted).
+          ``weight [N]``, ``batch [N]`` (optional, sorted); optionally the batch layout
+          ``layout`` (keyword, :class:`~geoattn.mesh.Layout`, ``mesh.layout``): with it the layer
+          pads and unpads without reading ``batch`` back to the host.
         - **output:** ``[N, C]``.
     """
 
@@ -86,14 +93,17 @@ class SliceAttention(nn.Module):
         return torch.softmax(self.to_slice(u) / self.temperature.view(1, -1, 1), dim=-1)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor | None, weight: torch.Tensor,
-                batch: torch.Tensor | None = None) -> torch.Tensor:
+                batch: torch.Tensor | None = None, *, layout: Layout | None = None) -> torch.Tensor:
         n, h, dk = x.shape[0], self.num_heads, self.head_channels
         s = self.slices(x)  # (N, H, G)
         f = self.to_f(x).view(n, h, dk)  # (N, H, D)
-        b = num_graphs(batch)
+        if layout is not None:  # sizes from the layout: no host read
+            b, length, counts = layout.num_graphs, layout.max_count, layout.counts
+        else:
+            b, length, counts = num_graphs(batch), None, None
         # padded per-graph view: padding has weight 0 and drops out of both integrals
-        s_d, _, w_d, mask = dense_batch(s.flatten(1), None, weight, batch, b)  # (B, L, H G)
-        f_d = dense_batch(f.flatten(1), None, weight, batch, b).x  # (B, L, H D)
+        s_d, _, w_d, mask = dense_batch(s.flatten(1), None, weight, batch, b, max_count=length)  # (B, L, H G)
+        f_d = dense_batch(f.flatten(1), None, weight, batch, b, max_count=length).x  # (B, L, H D)
         s_d = s_d.view(b, -1, h, self.num_slices)
         f_d = f_d.view(b, -1, h, dk)
         w_d = w_d.to(x.dtype)
@@ -106,7 +116,7 @@ class SliceAttention(nn.Module):
             self.to_q(tokens), self.to_k(tokens), self.to_v(tokens),
             dropout_p=self.dropout if self.training else 0.0)  # (B, H, G, D)
         out = torch.einsum("blhg,bhgd->blhd", s_d, attended)  # (B, L, H, D)
-        return self.to_out(unpad(out, mask, batch).reshape(n, h * dk))
+        return self.to_out(unpad(out, mask, batch, counts=counts).reshape(n, h * dk))
 
     def extra_repr(self) -> str:
         return (f"{self.channels}, num_heads={self.num_heads}, head_channels={self.head_channels}, "
