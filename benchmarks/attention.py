@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +30,7 @@ import torch.nn.functional as F
 from geoattn.nn import ContinuumAttention, GalerkinAttention
 from geoattn.nn.functional import quadrature_attention
 from timing import best_time
+from results_page import add_docs_argument, markdown_table, write_page
 
 
 def matmul_rate(device: torch.device, repeat: int, size: int = 2048) -> float:
@@ -107,6 +110,7 @@ def main(argv=None) -> int:
     parser.add_argument("--galerkin-nodes", type=int, default=50_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--peak-only", type=int, help=argparse.SUPPRESS)
+    add_docs_argument(parser)
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if args.peak_only:
@@ -135,6 +139,20 @@ def main(argv=None) -> int:
                                      args.repeat),
     }
     print(json.dumps(report, indent=2))
+    if args.docs:
+        def rows(d: dict, prefix: str = ""):  # the nested report, one row per number
+            for k, v in d.items():
+                if isinstance(v, dict):
+                    yield from rows(v, f"{prefix}{k} ")
+                else:
+                    yield [f"{prefix}{k}".replace("_", " "), f"{v:.4g}" if isinstance(v, float) else
+                           " / ".join(f"{x:.4g}" for x in v) if isinstance(v, tuple) else v]
+        write_page(args.docs, "Attention layers (`benchmarks/attention.py`)",
+                   " ".join(["python", "benchmarks/attention.py", *(sys.argv[1:] if argv is None else argv)]),
+                   markdown_table(["quantity", "value"], rows({k: v for k, v in report.items()
+                                                               if k not in ("device", "torch")})),
+                   f"{report['device']}, torch {report['torch']}, load average (1 min) "
+                   f"{os.getloadavg()[0]:.1f}; recorded {time.strftime('%Y-%m-%d')}")
     return 0
 
 

@@ -9,6 +9,8 @@ machine's load. Run ``python benchmarks/coordinate_features.py [--model tno] [--
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 
 import torch
 
@@ -17,6 +19,8 @@ from geoattn.data import darcy_samples
 from geoattn.eval import cross_mesh_report
 from geoattn.models import build_model
 from geoattn.train import NormalizedOperator, Trainer
+from results_page import add_docs_argument, markdown_table, write_page
+from timing import machine
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -25,6 +29,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--features", type=int, nargs="+", default=[0, 16])
     parser.add_argument("--scale", type=float, default=2.0, help="frequency scale (cycles per unit)")
     parser.add_argument("--epochs", type=int, default=Recipe.epochs)
+    add_docs_argument(parser)
     args = parser.parse_args(argv)
     recipe = Recipe()
     meshes = demo_meshes()
@@ -44,6 +49,14 @@ def main(argv: list[str] | None = None) -> dict:
         operators[f"{args.model} F={f}"] = op.eval()
     report = cross_mesh_report(operators, test, reference=train_name)
     print(report.table())
+    if args.docs:
+        write_page(args.docs, "Coordinate features in the lift (`benchmarks/coordinate_features.py`)",
+                   " ".join(["python", "benchmarks/coordinate_features.py", *(sys.argv[1:] if argv is None else argv)]),
+                   markdown_table(["mesh", "nodes", *(f"{name} rel L2 (ratio)" for name in operators)],
+                                  [[mesh, n, *(f"{report.mean(name, mesh):.4f} ({report.ratio(name, mesh):.2f})"
+                                               for name in operators)] for mesh, n in report.nodes.items()]),
+                   f"{machine(torch.device('cpu'))}; recorded {time.strftime('%Y-%m-%d')}",
+                   notes=f"Mean relative L2(D) test error, {args.epochs} epochs; ratio to the training mesh.")
     return {name: {mesh: report.mean(name, mesh) for mesh in report.nodes} for name in operators}
 
 

@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     args, scale, names, device = parse_arguments(
         argv, __doc__, SCALES, Scale, ("grid", "reference", "n_train", "n_test", "epochs", "batch_size", "width", "depth"),
-        "registered model names (default: tno)", "folder to keep the generated samples in", extra=family)
+        "registered model names (default: tno)", "folder to keep the generated samples in", extra=family,
+        script="darcy_calvello")
     log.setLevel(logging.INFO)
     tic = time.perf_counter()
     meshes = benchmark_meshes(scale.grid)
@@ -219,7 +220,8 @@ def main(argv: list[str] | None = None) -> dict:
                              args.loss == "h1", results, log)
     table = markdown(results, baselines=("training mean", "P1 solve on the mesh"), paper=PAPER,
                      paper_title="paper (Table 1, 64 x 64 grid)")
-    report(args, scale, device, results, table, data_seconds, tic)
+    report(args, scale, device, results, table, data_seconds, tic,
+           title="Darcy with Calvello's covariance and the H¹ loss (`benchmarks/darcy_calvello.py`)")
     if args.figure and operators:
         best = best_model(results, operators)
         plot(meshes, values, results["models"][best], operators[best], scale.n_train, args.figure, best)

@@ -59,6 +59,8 @@ from geoattn.data.darcy import FAMILIES, DarcyProblem  # noqa: E402
 from geoattn.mesh import families, from_meshio  # noqa: E402
 from geoattn.mesh.interpolation import linear_interpolation  # noqa: E402
 from geoattn.optional import progress  # noqa: E402
+from results_page import add_docs_argument, write_page  # noqa: E402
+from timing import machine  # noqa: E402
 
 def corrected_errors(draws: np.ndarray, truth: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """Relative weighted L2 errors of the mean of ``draws`` ``[M, N]`` against ``truth`` ``[N]``,
@@ -270,13 +272,21 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--scores", default="test_reference",
                         help="with --transfer: which of its scores, e.g. test_reference_resolved_symmetrized "
                              "(default test_reference: against the continuum, as the floor)")
+    add_docs_argument(parser)
     args = parser.parse_args(argv)
+    command = " ".join(["python", "benchmarks/darcy_floor.py", *(sys.argv[1:] if argv is None else argv)])
+    title = "Bayes floor of each mesh (`benchmarks/darcy_floor.py`)"
     if args.transfer:
         try:
             text = transfer_table(args.transfer[1], args.transfer[0], args.model, args.scores)
         except (OSError, ValueError, KeyError) as err:
             parser.error(f"--transfer: {err}")
         print(text)
+        if args.docs:
+            load = os.getloadavg()
+            write_page(args.docs, title, command, text,
+                       f"{machine(torch.device('cpu'))}, load average {load[0]:.1f} / {load[2]:.1f} (1 / 15 min); "
+                       f"recorded {time.strftime('%Y-%m-%d')}")
         return {"transfer": text}
     if args.draws < 2:
         parser.error(f"--draws must be at least 2 (the check uses half of them), got {args.draws}")
@@ -300,6 +310,13 @@ def main(argv: list[str] | None = None) -> dict:
     fem = {f: fem_floor(scale, f, args.domain) for f in args.families}
     text = table(floors, fem)
     load = os.getloadavg()
+    if args.docs:
+        write_page(args.docs, title, command, text,
+                   f"{machine(torch.device('cpu'))}, load average {load[0]:.1f} / {load[2]:.1f} (1 / 15 min); "
+                   f"recorded {time.strftime('%Y-%m-%d')}",
+                   notes=f"Scale {args.scale} (training mesh n = {scale.mesh_n}, test samples {scale.n_train} to "
+                         f"{scale.n_train + scale.n_test - 1}), domain {args.domain}, {args.draws} draws (sign chain: "
+                         f"{args.sampler}, burn {args.burn}, thin {args.thin}); {time.perf_counter() - tic:.0f} s wall.")
     text += (f"\nscale {args.scale} (training mesh n = {scale.mesh_n}, test samples {scale.n_train} to "
              f"{scale.n_train + scale.n_test - 1}), domain {args.domain}, {args.draws} draws (sign chain: {args.sampler}, "
              f"burn {args.burn}, thin {args.thin}); {time.perf_counter() - tic:.0f} s wall, {time.process_time() - cpu:.0f} s CPU; "

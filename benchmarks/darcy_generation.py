@@ -23,6 +23,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import platform  # noqa: E402
+import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -33,6 +34,7 @@ from scipy.sparse.linalg import splu  # noqa: E402
 from geoattn.data.darcy import FAMILIES, DarcyProblem, solve_sample  # noqa: E402
 from geoattn.data.generate import generate_darcy  # noqa: E402
 from geoattn.data.recipe import Recipe  # noqa: E402
+from results_page import add_docs_argument, markdown_table, write_page  # noqa: E402
 
 MESH = {"family": "unit_square", "n": 32, "kind": "irregular", "seed": 0, "refine": 1}
 
@@ -68,19 +70,35 @@ def factorisation(family: str, refinements=range(4), natural_up_to: int = 40_000
     return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=200, help="samples per measurement")
     parser.add_argument("--family", default="piecewise", choices=["piecewise", "lognormal"])
     parser.add_argument("--factorisation", action="store_true",
                         help="time the sparse LU on the mesh refined 0-3 times, in the solver's order of the "
                              "interior nodes and in the mesh's numbering")
-    args = parser.parse_args()
+    add_docs_argument(parser)
+    args = parser.parse_args(argv)
+    load = os.getloadavg()
+    cores = os.cpu_count() or 1
+    machine = f"{platform.processor() or platform.machine()}, {cores} cores, Python {platform.python_version()}"
+
+    def page(table: str, notes: str) -> None:
+        if args.docs:
+            write_page(args.docs, "Darcy data generation (`benchmarks/darcy_generation.py`)",
+                       " ".join(["python", "benchmarks/darcy_generation.py", *(sys.argv[1:] if argv is None else argv)]),
+                       table, f"{machine}, load average {load[0]:.1f} (1 min) before the run; "
+                              f"recorded {time.strftime('%Y-%m-%d')}", notes)
+
     if args.factorisation:
         print(f"sparse LU (CPU time, best of 3), {args.family}, load average {os.getloadavg()[0]:.1f} (1 min):")
-        factorisation(args.family)
+        rows = factorisation(args.family)
+        page(markdown_table(["nodes", "unknowns", "LU ms (solver's order)", "its fill", "LU ms (mesh's numbering)", "its fill"],
+                            [[r["nodes"], r["unknowns"], f"{1e3 * r['rcm_s']:.1f}", f"{r['rcm_fill']:,}",
+                              f"{1e3 * r['sorted_s']:.1f}" if "sorted_s" in r else "skipped",
+                              f"{r['sorted_fill']:,}" if "sorted_s" in r else "-"] for r in rows]),
+             f"Sparse LU of one stiffness matrix ({args.family}), CPU time, best of 3.")
         return
-    load = os.getloadavg()
     recipe = Recipe(meshes={"mesh": MESH}, n=args.n, seed=0, family=args.family)
     meshes = recipe.load_meshes()
     problems = {"mesh": DarcyProblem(meshes["mesh"])}
@@ -93,7 +111,6 @@ def main() -> None:
     solver = args.n / (time.perf_counter() - t)
     cpu_per_sample = (time.process_time() - cpu) / args.n
 
-    cores = os.cpu_count() or 1
     rows = [("solver only, 1 process", solver)]
     with tempfile.TemporaryDirectory() as tmp:
         for workers in sorted({1, cores}):
@@ -104,12 +121,15 @@ def main() -> None:
 
     print(f"mesh: irregular unit square, {nodes} nodes, {cells} triangles; {args.family}; "
           f"GRF modes {field.modes}; {args.n} samples")
-    print(f"machine: {platform.processor() or platform.machine()}, {cores} cores, Python {platform.python_version()}")
+    print(f"machine: {machine}")
     print(f"load average before the run: {load[0]:.1f} (1 min)")
     print(f"- solver CPU time: {1e3 * cpu_per_sample:.1f} ms per sample "
           f"(= {1 / cpu_per_sample:.1f} samples/s per fully available core)")
     for label, rate in rows:
         print(f"- {label}: {rate:.1f} samples/s (wall clock)")
+    page(markdown_table(["measurement", "samples/s (wall clock)"], [[label, f"{rate:.1f}"] for label, rate in rows]),
+         f"Irregular unit square, {nodes} nodes, {cells} triangles; {args.family}; GRF modes {field.modes}; "
+         f"{args.n} samples. Solver CPU time {1e3 * cpu_per_sample:.1f} ms per sample.")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ import json
 import logging
 import math
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -63,6 +64,7 @@ from geoattn.optional import progress
 from geoattn.train import NormalizedOperator, relative_l2
 from geoattn.train.trainer import evaluate_errors
 from runs import ModelRun
+from results_page import add_docs_argument, write_page
 
 log = logging.getLogger("galerkin_experiments")
 
@@ -611,6 +613,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--decoder", choices=("pointwise", "spectral"),
                         help="burgers only: pointwise or Cao's spectral decoder (default: the scale's; "
                              "pointwise except for the paper presets)")
+    add_docs_argument(parser)
     args = parser.parse_args(argv)
     if args.scale not in SCALES[args.experiment]:
         parser.error(f"--scale {args.scale}: the {args.experiment} experiment has the scales "
@@ -671,6 +674,16 @@ def main(argv: list[str] | None = None) -> dict:
                  "load_start": load_start, "load_end": load, "rows": results["rows"],
                  "target_met": met, "data_seconds": results["data_seconds"]}
         (args.out / "results.json").write_text(json.dumps(plain, indent=1))
+    if args.docs:
+        title = {"burgers": "Burgers 1-D, Galerkin and Fourier transformers",
+                 "inverse": "Inverse coefficient identification"}[args.experiment]
+        write_page(args.docs, f"{title} (`benchmarks/galerkin_experiments.py --experiment {args.experiment}`)",
+                   " ".join(["python", "benchmarks/galerkin_experiments.py",
+                             *(sys.argv[1:] if argv is None else argv)]), table,
+                   f"device {device} ({machine}), load average (1 min) "
+                   f"{load_start[0]:.1f}–{load[0]:.1f}; recorded {time.strftime('%Y-%m-%d')}",
+                   notes=f"Scale {args.scale}, seed {args.seed}; data {results['data_seconds']:.0f} s, "
+                         f"total {total:.0f} s. " + footer.split("\n")[1])
     return results
 
 

@@ -51,6 +51,7 @@ import json
 import logging
 import os
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -59,6 +60,7 @@ import numpy as np
 import torch
 
 from timing import machine as describe_machine
+from results_page import add_docs_argument, write_page
 
 from problems.navier_stokes import (LENGTH, KolmogorovSolver, PeriodicGaussianField, evaluate,
                                     grid_values, kolmogorov_pairs, pair_samples,
@@ -352,9 +354,10 @@ def save_png(fig, path: Path, colors: int = 256) -> None:
 
 
 def parse_arguments(argv, doc: str, scales: dict, scale_cls, fields: tuple[str, ...],
-                    models_help: str, cache_help: str, extra=None):
+                    models_help: str, cache_help: str, extra=None, script: str = "kolmogorov"):
     """The command line shared by this script and ``darcy_calvello.py``: ``(args, scale, names,
-    device)``, with logging and torch threads set up (``extra(parser)`` adds further options)."""
+    device)``, with logging and torch threads set up (``extra(parser)`` adds further options;
+    ``args.command`` is the command line, ``benchmarks/<script>.py`` and its arguments)."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", default="cpu", choices=sorted(scales))
     parser.add_argument("--models", nargs="+", help=models_help)
@@ -369,7 +372,9 @@ def parse_arguments(argv, doc: str, scales: dict, scale_cls, fields: tuple[str, 
     parser.add_argument("--cache", type=Path, help=cache_help)
     parser.add_argument("--out", type=Path, help="folder for results.json and table.md")
     parser.add_argument("--figure", type=Path, help="PNG path for the figure")
+    add_docs_argument(parser)
     args = parser.parse_args(argv)
+    args.command = " ".join(["python", f"benchmarks/{script}.py", *(sys.argv[1:] if argv is None else argv)])
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     logging.getLogger("geoattn.train").setLevel(logging.INFO)  # one line per epoch
     torch.set_num_threads(args.threads)
@@ -397,9 +402,9 @@ def train_models(names: list[str], kwargs_of, training: list, tests: dict, scale
 
 
 def report(args, scale, device: torch.device, results: dict, table: str, data_seconds: float,
-           tic: float) -> float:
-    """Print the table with a footer (scale, device, time, load) and write ``--out``; the total
-    seconds."""
+           tic: float, title: str = "Kolmogorov flow (`benchmarks/kolmogorov.py`)") -> float:
+    """Print the table with a footer (scale, device, time, load) and write ``--out`` and the
+    ``--docs`` page (headed ``title``); the total seconds."""
     total = time.perf_counter() - tic
     load = os.getloadavg()
     machine = describe_machine(device)
@@ -414,6 +419,11 @@ def report(args, scale, device: torch.device, results: dict, table: str, data_se
             {"scale": asdict(scale), "loss": args.loss, "device": str(device), "machine": machine,
              "data_seconds": data_seconds, "total_seconds": total, "load": load, "results": results}, indent=1))
         (args.out / "table.md").write_text(table + "\n" + footer + "\n")
+    if args.docs:
+        write_page(args.docs, title, args.command, table,
+                   f"device {device} ({machine}), load average at the end "
+                   f"{load[0]:.1f} / {load[2]:.1f} (1 / 15 min); recorded {time.strftime('%Y-%m-%d')}",
+                   notes=f"Scale {args.scale}, loss {args.loss}; data {data_seconds:.0f} s, total {total:.0f} s.")
     results["total_seconds"] = total
     return total
 

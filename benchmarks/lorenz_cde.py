@@ -37,6 +37,7 @@ import argparse
 import json
 import logging
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -52,6 +53,7 @@ from geoattn.models import TNO
 from geoattn.optional import require
 from geoattn.train import NormalizedOperator, evaluate_errors
 from runs import ModelRun
+from results_page import add_docs_argument, write_page
 
 log = logging.getLogger("lorenz_cde")
 
@@ -312,6 +314,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--replot", type=Path, metavar="JSON",
                         help="train nothing: print the tables of an earlier --out file (and its figures with --figure)")
+    add_docs_argument(parser)
     args = parser.parse_args(argv)
     if args.replot:
         return replot(args.replot, args.figure)
@@ -322,11 +325,12 @@ def main(argv: list[str] | None = None) -> dict:
                                            if k in Scale.__dataclass_fields__ and v is not None})
     device = torch.device(args.device)
     experiments = EXPERIMENTS if args.experiment == "all" else (args.experiment,)
-    results = {}
+    results, tables = {}, []
     for experiment in experiments:
         runs = None if args.out is None else args.out.with_name(args.out.stem + "_runs")
         results[experiment] = run_experiment(experiment, scale, device, args.seed, not args.no_progress, runs)
-        print(markdown(experiment, results[experiment], scale))
+        tables.append(markdown(experiment, results[experiment], scale))
+        print(tables[-1])
         print(f"({results[experiment]['seconds']:.0f} s, of which data {results[experiment]['data_seconds']:.0f} s)\n")
         if args.figure:
             path = plot(experiment, results[experiment], Path(f"{args.figure}_{experiment}.png"))
@@ -341,6 +345,14 @@ def main(argv: list[str] | None = None) -> dict:
         args.out.write_text(json.dumps({"scale": asdict(scale), "scale_name": args.scale, "seed": args.seed,
                                         "device": str(device), "machine": machine, "load": load,
                                         "results": results}, indent=1))
+    if args.docs:
+        write_page(args.docs, "Lorenz-63 and a controlled ODE, TNO in 1-D (`benchmarks/lorenz_cde.py`)",
+                   " ".join(["python", "benchmarks/lorenz_cde.py", *(sys.argv[1:] if argv is None else argv)]),
+                   "\n\n".join(tables),
+                   f"device {device} ({machine}), load average at the end "
+                   f"{load[0]:.1f} / {load[2]:.1f} (1 / 15 min); recorded {time.strftime('%Y-%m-%d')}",
+                   notes=f"Scale {args.scale}, seed {args.seed}; total "
+                         f"{sum(r['seconds'] for r in results.values()):.0f} s.")
     return results
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -31,6 +33,8 @@ from geoattn.nao import (NAO, RadialKernelProblem, TokenMesh, diverse_kernels, f
                          microstructure_tasks, normal_equations, ood1_kernel, operator_error,
                          radial_density, recover_microstructure, sine_kernel)
 from runs import ModelRun
+from results_page import add_docs_argument, markdown_table, write_page
+from timing import machine
 
 log = logging.getLogger("benchmarks.nao")
 
@@ -390,6 +394,22 @@ def _darcy_figure(folder, mesh, K, G, conductivity, ratio):
     fig.savefig(f"{folder}/nao_darcy_kernel.png", dpi=70)
 
 
+def docs_table(problem: str, results: dict) -> str:
+    """The results of a run as the table of its ``--docs`` page: radial, E_f and E_K per model and
+    split (and Table 1's); darcy, E_f per mesh."""
+    percent = lambda v: f"{100 * v:.3g} %"  # noqa: E731
+    if problem == "radial":
+        rows = [(name, split, percent(e["E_f"]), percent(e["E_K"]))
+                for name, r in results.items() if name.startswith("NAO")
+                for split, e in r.items() if isinstance(e, dict) and "E_f" in e]
+        rows += [("paper, NAO (Table 1)", split, percent(e["E_f"]), percent(e["E_K"]))
+                 for split, e in PAPER_RADIAL.items()]
+        return markdown_table(["model", "split", "E_f", "E_K"], rows)
+    rows = [(mesh, results[mesh]["nodes"], percent(results[mesh]["E_f"])) for mesh in ("train", "refined", "graded")]
+    table = markdown_table(["mesh", "nodes", "E_f"], rows)
+    return table + f"\n\nE_K {percent(results['E_K'])}; {results['params']} parameters."
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
     sub = parser.add_subparsers(dest="problem", required=True)
@@ -439,12 +459,21 @@ def main(argv=None):
     for s in (p, q):
         s.add_argument("--out", default=None)
         s.add_argument("--figures", default=None)
+        add_docs_argument(s)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    load_start = os.getloadavg()
     results = radial(args) if args.problem == "radial" else darcy(args)[0]
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(results, fh, indent=1, default=str)
+    if args.docs:
+        table = docs_table(args.problem, results)
+        print(table)
+        write_page(args.docs, "Nonlocal Attention Operator (`benchmarks/nao.py`)",
+                   " ".join(["python", "benchmarks/nao.py", *(sys.argv[1:] if argv is None else argv)]), table,
+                   f"{machine(torch.device('cpu'))}, load average (1 min) {load_start[0]:.1f}–"
+                   f"{os.getloadavg()[0]:.1f}; recorded {time.strftime('%Y-%m-%d')}")
     return results
 
 

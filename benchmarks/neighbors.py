@@ -18,9 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import sys
+import time
 
 import torch
 from timing import best_time, machine
+from results_page import add_docs_argument, markdown_table, write_page
 
 from geoattn.mesh import knn_graph, partition, radius, radius_graph
 from geoattn.mesh.neighbor_search import available_backends
@@ -51,6 +55,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--backends", nargs="+", default=None,
                         help="default: every backend installed here")
     parser.add_argument("--no-partitions", action="store_true", help="time the graphs only")
+    add_docs_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -81,6 +86,21 @@ def main(argv: list[str] | None = None) -> dict:
         t = best_time(lambda: partition(cpu_pos, weight, args.parts), cpu_pos.device, 1, warmup=False)
         report.update(metis_partition_knn_graph_s=t)
     print(json.dumps(report, indent=2))
+    if args.docs:
+        builds = [k for k in report["backends"]["scipy"] if k.endswith("_s")]
+        table = markdown_table(
+            ["backend", *(f"{k[:-2]} s" for k in builds), "same graphs as scipy"],
+            [[b, *(f"{t[k]:.4f}" + (f" ({t['speedup_over_scipy'][k]}x)" if "speedup_over_scipy" in t else "")
+                   for k in builds), t.get("same_graphs_as_scipy", "")] for b, t in report["backends"].items()])
+        notes = (f"{args.nodes} nodes, radius {r:.4g} (about {args.neighbors} neighbours), "
+                 f"{report['radius_graph_edges']} edges.")
+        if not args.no_partitions:
+            notes += (f" Partition into {args.parts} parts: RCB {report['rcb_partition_s']:.3f} s, METIS on the "
+                      f"k-NN graph {report['metis_partition_knn_graph_s']:.3f} s.")
+        write_page(args.docs, "Neighbour graphs and partitions (`benchmarks/neighbors.py`)",
+                   " ".join(["python", "benchmarks/neighbors.py", *(sys.argv[1:] if argv is None else argv)]),
+                   table, f"{report['device']}, load average (1 min) {os.getloadavg()[0]:.1f}; "
+                          f"recorded {time.strftime('%Y-%m-%d')}", notes)
     return report
 
 

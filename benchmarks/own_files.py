@@ -2,7 +2,7 @@
 plates with holes, on closed surfaces, and the import's throughput.
 
     python benchmarks/own_files.py --scale tiny
-    python benchmarks/own_files.py --scale cpu --out own_files_out --docs
+    python benchmarks/own_files.py --scale cpu --out own_files_out --docs docs/results/own_files.md
 
 Three parts, each through :func:`geoattn.cli.main.main` as a user would type the commands:
 
@@ -29,7 +29,7 @@ Three parts, each through :func:`geoattn.cli.main.main` as a user would type the
   each (jittered triangulations of the square, a different mesh per file, one input and one
   target field), timed alone (the files are written first); files/s and MB/s of input read.
 
-``--docs`` writes the tables to ``docs/results/own_files.md``.
+``--docs PATH`` writes the tables as a results page (``docs/results/own_files.md``).
 """
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ import torch
 
 from geoattn.cli.main import main as geoattn
 from geoattn.mesh.families import icosphere, unit_square
+from results_page import add_docs_argument, render_page, write_page
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGE = ROOT / "docs" / "results" / "own_files.md"
 log = logging.getLogger("own_files")
 
 _spec = importlib.util.spec_from_file_location("own_files_example", ROOT / "examples" / "own_files.py")
@@ -250,12 +250,11 @@ def run(scale: Scale, models: list[str], out: Path, mesher: str, parts: list[str
     return results
 
 
-def markdown(results: dict, command: str) -> str:
+def markdown(results: dict) -> str:
+    """The tables of a run (the body of its results page), under a line of its settings."""
     scale = results["scale"]
-    lines = ["# Own simulation files (`benchmarks/own_files.py`)", "",
-             f"Command: `{command}` (mesher: {results['mesher']}; {scale['epochs']} epochs, width "
-             f"{scale['width']}; relative L2(D) error, mean over the set; CPU, {results['threads']} torch "
-             f"thread{'s' if results['threads'] > 1 else ''}).", ""]
+    lines = [f"Mesher: {results['mesher']}; {scale['epochs']} epochs, width {scale['width']}; relative L2(D) "
+             "error, mean over the set.", ""]
     for part, title in (("plates", f"Plates with holes: {scale['plates']} files, each its own mesh and hole positions"),
                         ("surfaces", f"Closed surfaces: {scale['surfaces']} files on spheres and ellipsoids")):
         if part not in results:
@@ -290,7 +289,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--mesher", choices=["gmsh", "families"],
                         help="default: gmsh when installed, else families")
     parser.add_argument("--out", type=Path, help="work folder, results.json (default: a temporary folder)")
-    parser.add_argument("--docs", action="store_true", help=f"write the tables to {PAGE.relative_to(ROOT)}")
+    add_docs_argument(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     scale = SCALES[args.scale]
@@ -306,12 +305,13 @@ def main(argv: list[str] | None = None) -> dict:
     given = list(sys.argv[1:] if argv is None else argv)
     # the page names the output folder, not where it lay on the machine that ran it
     given = [Path(a).name if i and given[i - 1] == "--out" else a for i, a in enumerate(given)]
-    command = "python benchmarks/own_files.py " + " ".join(given)
-    page = markdown(results, command.strip())
+    command = " ".join(["python", "benchmarks/own_files.py", *given])
+    title = "Own simulation files (`benchmarks/own_files.py`)"
+    machine = f"CPU, {results['threads']} torch thread{'s' if results['threads'] > 1 else ''}"
+    page = render_page(title, command, markdown(results), machine)
     print(page)
     if args.docs:
-        PAGE.parent.mkdir(exist_ok=True)
-        PAGE.write_text(page)
+        write_page(args.docs, title, command, markdown(results), machine)
     return results
 
 

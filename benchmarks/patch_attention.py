@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+
+from results_page import add_docs_argument, markdown_table, write_page
 
 
 def _best(fn, repeat: int, sync) -> tuple[float, float]:
@@ -51,10 +54,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--source", help="folder holding another version of the geoattn package")
+    add_docs_argument(parser)
     args = parser.parse_args(argv)
     if args.source:
         sys.path.insert(0, args.source)
     import torch
+    from timing import machine
 
     from geoattn.mesh import partition
     from geoattn.nn import PatchAttention
@@ -95,6 +100,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
                      "stencils_s": stencils, "stencils_cpu_s": stencils_cpu, "forward_s": fwd[0], "forward_cpu_s": fwd[1],
                      "forward_backward_s": both[0], "forward_backward_cpu_s": both[1]})
         print(json.dumps(rows[-1]), flush=True)
+    if args.docs:
+        keys = ("stencils_s", "stencils_cpu_s", "forward_s", "forward_cpu_s", "forward_backward_s",
+                "forward_backward_cpu_s")
+        write_page(args.docs, "Patch attention vs number of patches (`benchmarks/patch_attention.py`)",
+                   " ".join(["python", "benchmarks/patch_attention.py", *(sys.argv[1:] if argv is None else argv)]),
+                   markdown_table(["version", "nodes", "parts", *(k[:-2].replace("_", " ") + " s" for k in keys)],
+                                  [[r["version"], r["nodes"], r["parts"],
+                                    *("-" if r[k] is None else f"{r[k]:.4f}" for k in keys)] for r in rows]),
+                   f"{machine(device)}, load average (1 min) {os.getloadavg()[0]:.1f}; "
+                   f"recorded {time.strftime('%Y-%m-%d')}")
     return rows
 
 

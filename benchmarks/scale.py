@@ -14,8 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
+import time
+
+from results_page import add_docs_argument, markdown_table, write_page
 
 #: constructor keywords per model (beyond width and depth) and whether its cost is linear in N
 MODELS = {
@@ -83,8 +87,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--quadratic-max", type=float, default=1e5)
     parser.add_argument("--device", default="cpu", help="cpu, or cuda: device time and CUDA allocator peak")
+    add_docs_argument(parser)
     args = parser.parse_args(argv)
-    results = {}
+    results, rows = {}, []
+    load_start = os.getloadavg()
     print(f"{'model':<10}{'nodes':>10}{'forward s':>12}{'peak MiB':>10}  status")
     for name in args.models:
         for n in map(int, args.nodes):
@@ -96,6 +102,20 @@ def main(argv: list[str] | None = None) -> dict:
             secs = f"{r['seconds']:.3f}" if "seconds" in r else "-"
             mem = f"{r['peak_mib']:.0f}" if "peak_mib" in r else "-"
             print(f"{name:<10}{n:>10}{secs:>12}{mem:>10}  {r['status']}", flush=True)
+            rows.append([name, n, secs, mem, r["status"].replace("|", "/")])
+    if args.docs:
+        if args.device == "cpu":
+            machine = os.uname().machine
+        else:
+            import torch  # this process needs torch only to name the GPU
+
+            from timing import machine as describe
+            machine = describe(torch.device(args.device))
+        write_page(args.docs, "Forward cost of every model at 10⁴–10⁶ nodes (`benchmarks/scale.py`)",
+                   " ".join(["python", "benchmarks/scale.py", *(sys.argv[1:] if argv is None else argv)]),
+                   markdown_table(["model", "nodes", "forward s", "peak MiB", "status"], rows),
+                   f"{machine}; {args.threads} torch thread(s) per run, load average "
+                   f"(1 min) {load_start[0]:.1f}–{os.getloadavg()[0]:.1f}; recorded {time.strftime('%Y-%m-%d')}")
     return results
 
 

@@ -23,10 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import sys
 import time
 
 import torch
-from timing import best_time
+from timing import best_time, machine
+from results_page import add_docs_argument, markdown_table, write_page
 
 from geoattn.nn import SpectralIntegral
 
@@ -102,10 +105,22 @@ def main(argv: list[str] | None = None) -> dict:
                         help="time a mesh_fno training step instead (see the module's docstring)")
     parser.add_argument("--mesh-n", type=int, default=24)
     parser.add_argument("--graphs", type=int, default=4)
+    add_docs_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+
+    def page(table: str, notes: str = "") -> None:
+        if args.docs:
+            write_page(args.docs, "Spectral transforms: dense vs finufft (`benchmarks/spectral.py`)",
+                       " ".join(["python", "benchmarks/spectral.py", *(sys.argv[1:] if argv is None else argv)]),
+                       table, f"{machine(CPU)}, load average (1 min) {os.getloadavg()[0]:.1f}; "
+                              f"recorded {time.strftime('%Y-%m-%d')}", notes)
+
     if args.model_step:
-        return model_step(args.mesh_n, args.graphs, args.modes or 3, args.repeat or 100)
+        report = model_step(args.mesh_n, args.graphs, args.modes or 3, args.repeat or 100)
+        page(markdown_table(["quantity", "value"], [[k, f"{v:.3g}" if isinstance(v, float) else v]
+                                                    for k, v in report.items()]))
+        return report
     args.modes, args.repeat = args.modes or 8, args.repeat or 3
     gen = torch.Generator().manual_seed(0)
     layers = {b: SpectralIntegral(args.channels, args.channels, args.modes, 2, backend=b)
@@ -134,6 +149,12 @@ def main(argv: list[str] | None = None) -> dict:
         report[f"crossover_nodes_{kind}"] = crossover([r["nodes"] for r in both], ratio)
         report[f"speedup_{kind}_at_{both[-1]['nodes']}"] = ratio[-1]
     print(json.dumps({k: v for k, v in report.items() if k != "rows"}, indent=2))
+    page(markdown_table(["N", "dense fwd s", "finufft fwd s", "dense f+b s", "finufft f+b s"],
+                        [[r["nodes"], *("-" if r.get(k) is None else f"{r[k]:.4f}" for k in
+                                        ("dense_forward_s", "finufft_forward_s", "dense_step_s", "finufft_step_s"))]
+                         for r in rows]),
+         "; ".join(f"{k.replace('_', ' ')}: {'-' if v is None else f'{v:.3g}'}"
+                   for k, v in report.items() if k != "rows") + ".")
     return report
 
 

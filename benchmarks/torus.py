@@ -22,12 +22,16 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
+import time
 
 import numpy as np
 import torch
 
 from geoattn.mesh import periodic_weights
 from geoattn.nn import SpectralIntegral, SpectralSmoothing
+from results_page import add_docs_argument, markdown_table, write_page
+from timing import machine
 
 
 def grid(n: int) -> torch.Tensor:
@@ -85,8 +89,18 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--modes", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    add_docs_argument(parser)
     args = parser.parse_args(argv)
     results = run(sorted(args.grids), args.cloud, args.modes, args.seed)
+    if args.docs:
+        columns = list(next(iter(results.values())))
+        table = markdown_table(["layer", *columns],
+                               [[label, *(f"{row[c]:.2e}" for c in columns)] for label, row in results.items()])
+        write_page(args.docs, "One spectral layer on the torus, bounding box or period (`benchmarks/torus.py`)",
+                   " ".join(["python", "benchmarks/torus.py", *(sys.argv[1:] if argv is None else argv)]), table,
+                   f"{machine(torch.device('cpu'))}; recorded {time.strftime('%Y-%m-%d')}",
+                   notes=f"Relative L2 difference from the {max(args.grids)}x{max(args.grids)} grid's output "
+                         "at the coarsest grid's nodes (smoothing: from its multiplier).")
     if args.json:
         print(json.dumps(results, indent=2))
         return results

@@ -26,6 +26,7 @@ import argparse
 import collections
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from geoattn.mesh import families, save_meshio
 from geoattn.models import MODELS, build_model
 from geoattn.train import NormalizedOperator, Trainer
 from geoattn.train.loader import collate
+from results_page import add_docs_argument, markdown_table, write_page
 
 
 def dataset_file(folder: Path, mesh_n: int, samples: int) -> Path:
@@ -156,6 +158,28 @@ def report(results: dict) -> str:
     return "\n".join(lines)
 
 
+def markdown(results: dict) -> str:
+    """The tables of :func:`report` in markdown, one section per part run (for ``--docs``)."""
+    parts = []
+    if results["pipeline"]:
+        parts.append("## Pipeline: ms per training step, batch 4\n\n" + markdown_table(
+            ["model", "variant", "ms", "CPU ms", "vs before"],
+            [[name, label, f"{r['ms_per_step']:.1f}", f"{r['cpu_ms_per_step']:.1f}",
+              f"{rows['before']['ms_per_step'] / r['ms_per_step']:.2f}x"]
+             for name, rows in results["pipeline"].items() for label, r in rows.items()]))
+    if results["graph_breaks"]:
+        parts.append("## Graph breaks of the forward pass\n\n" + markdown_table(
+            ["model", "variant", "graphs / breaks"],
+            [[name, k, f"{v['graphs']} / {v['breaks']}" if "graphs" in v else v["error"].replace("|", "/")]
+             for name, rows in results["graph_breaks"].items() for k, v in rows.items()]))
+    if results["compile"]:
+        parts.append("## Training step, batch 4: eager vs torch.compile (inductor)\n\n" + markdown_table(
+            ["model", "eager ms", "compiled ms", "speed-up", "warm-up incl. compilation s"],
+            [[name, f"{r['eager']['ms_per_step']:.1f}", f"{r['compiled']['ms_per_step']:.1f}",
+              f"{r['speed-up']:.2f}x", f"{r['compiled']['warmup_s']:.0f}"] for name, r in results["compile"].items()]))
+    return "\n\n".join(parts)
+
+
 SCALES = {"tiny": dict(mesh_n=6, samples=8, epochs=1, width=8, depth=1, steps=2, warmup=2),
           "cpu": dict(mesh_n=24, samples=64, epochs=3, width=32, depth=3, steps=20, warmup=3)}
 
@@ -166,6 +190,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=Path("bench_out"))
     parser.add_argument("--threads", type=int)
     parser.add_argument("--parts", nargs="+", default=["pipeline", "graph_breaks", "compile"])
+    add_docs_argument(parser)
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -189,6 +214,12 @@ def main(argv: list[str] | None = None) -> dict:
     print(text)
     (args.out / "results.json").write_text(json.dumps(results, indent=2))
     (args.out / "table.txt").write_text(text + "\n")
+    if args.docs:
+        write_page(args.docs, "Training step: data pipeline, structure cache, torch.compile "
+                              "(`benchmarks/training_step.py`)",
+                   " ".join(["python", "benchmarks/training_step.py", *(sys.argv[1:] if argv is None else argv)]),
+                   markdown(results), text.splitlines()[-1] + f"; recorded {time.strftime('%Y-%m-%d')}",
+                   notes=f"Scale {args.scale}: {results['nodes']} nodes, {scale['samples']} samples.")
     return results
 
 
