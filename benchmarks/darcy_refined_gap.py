@@ -37,7 +37,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import darcy_compare as dc  # noqa: E402
+from darcy.meshes import benchmark_meshes, coefficient_field, solve_samples  # noqa: E402
+from darcy.race import SCALES, run_family  # noqa: E402
 
 from geoattn.mesh.interpolation import linear_interpolation  # noqa: E402
 
@@ -80,7 +81,7 @@ def gap(op: torch.nn.Module, coarse: list, fine: list) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", default="cpu", choices=sorted(dc.SCALES))
+    parser.add_argument("--scale", default="cpu", choices=sorted(SCALES))
     parser.add_argument("--mesh-n", type=int, default=32)
     parser.add_argument("--n-train", type=int, default=200)
     parser.add_argument("--n-test", type=int, default=50)
@@ -101,17 +102,17 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     torch.set_num_threads(1)
-    scale = replace(dc.SCALES[args.scale], mesh_n=args.mesh_n, n_train=args.n_train, n_test=args.n_test,
+    scale = replace(SCALES[args.scale], mesh_n=args.mesh_n, n_train=args.n_train, n_test=args.n_test,
                     validation=args.validation, seconds=None if args.epochs else args.seconds, clock="cpu",
                     modes=args.modes, mesh_fno_modes=args.mesh_fno_modes,
                     quadrature=args.quadrature, symmetries=args.symmetries, mix_resolution=args.mix_resolution,
-                    epochs=args.epochs or dc.SCALES[args.scale].epochs)
-    meshes = dc.benchmark_meshes(scale.mesh_n)
-    field = dc.coefficient_field(meshes)
+                    epochs=args.epochs or SCALES[args.scale].epochs)
+    meshes = benchmark_meshes(scale.mesh_n)
+    field = coefficient_field(meshes)
     results = {}
     for family in args.families:
-        run = dc.run_family(family, scale, args.models, torch.device("cpu"))
-        test = dc.solve_samples({k: meshes[k] for k in ("train", "refined")}, scale.n_test, 0, family, field,
+        run = run_family(family, scale, args.models, torch.device("cpu"))
+        test = solve_samples({k: meshes[k] for k in ("train", "refined")}, scale.n_test, 0, family, field,
                                 start=scale.n_train)
         for name, op in run["operators"].items():
             results[f"{family} {name}"] = scores = gap(op, test["train"], test["refined"])

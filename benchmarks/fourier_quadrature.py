@@ -28,7 +28,7 @@ import argparse
 
 import torch
 
-from darcy_compare import benchmark_meshes
+from darcy.meshes import benchmark_meshes
 
 from geoattn.mesh import families, from_meshio
 from geoattn.nn.p1_fourier import p1_fourier_basis

@@ -1,25 +1,45 @@
-"""Machinery of ``benchmarks/darcy_compare.py`` on a tiny setting (the full run is a benchmark)."""
+"""Machinery of ``benchmarks/darcy_compare.py`` and its modules ``benchmarks/darcy/`` on a tiny setting
+(the full run is a benchmark)."""
+
+import importlib
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
+from scipy.spatial import Delaunay
 
+from geoattn.data.darcy import darcy_samples
 from geoattn.mesh import families, from_meshio
-from geoattn.train import relative_l2
+from geoattn.train import NormalizedOperator, relative_l2, symmetrize
 
 
 SCRIPT = "darcy_compare"  # the ``script`` fixture (conftest.py)
 
 
-def test_mesh_grid_interpolation_is_exact_for_linear_functions(script):
+def _module(name: str):
+    """A module of ``benchmarks/darcy/`` as a module-scoped fixture (``script`` puts its folder on
+    ``sys.path``)."""
+
+    @pytest.fixture(scope="module", name=name)
+    def fixture(script):
+        return importlib.import_module(f"darcy.{name}")
+
+    return fixture
+
+
+meshes, peers, race, report = (_module(name) for name in ("meshes", "peers", "race", "report"))
+
+
+def test_mesh_grid_interpolation_is_exact_for_linear_functions(peers):
     # Piecewise-linear (mesh -> grid) and bilinear (grid -> mesh) interpolation reproduce
     # affine functions exactly, and their rows are partitions of unity.
     mesh = families.unit_square(7, "irregular", seed=3)
     pos = mesh.points[:, :2]
-    grid = script._grid(torch.as_tensor(pos), 9)
+    grid = peers._grid(torch.as_tensor(pos), 9)
     f = lambda p: 0.3 + 2.0 * p[:, 0] - 1.5 * p[:, 1]  # noqa: E731
-    to_grid = script.mesh_to_grid(pos, grid).tocsr()
-    to_mesh = script.grid_to_mesh(pos, grid.min(0), grid.max(0), 9).tocsr()
+    to_grid = peers.mesh_to_grid(pos, grid).tocsr()
+    to_mesh = peers.grid_to_mesh(pos, grid.min(0), grid.max(0), 9).tocsr()
     np.testing.assert_allclose(to_grid @ f(pos), f(grid), atol=1e-12)
     np.testing.assert_allclose(to_mesh @ f(grid), f(pos), atol=1e-12)
     np.testing.assert_allclose(to_grid.sum(1).A[:, 0], 1.0, atol=1e-12)
@@ -27,30 +47,30 @@ def test_mesh_grid_interpolation_is_exact_for_linear_functions(script):
     np.testing.assert_allclose(to_mesh @ (grid[:, 0] * grid[:, 1]), pos[:, 0] * pos[:, 1], atol=1e-12)
 
 
-def test_flat_batch_is_grouped_by_mesh(script):
+def test_flat_batch_is_grouped_by_mesh(peers):
     pos_a, pos_b = torch.rand(5, 2), torch.rand(3, 2)
     pos = torch.cat([pos_a, pos_a, pos_b])
     x = torch.arange(13.0)[:, None]
     batch = torch.tensor([0] * 5 + [1] * 5 + [2] * 3)
-    groups = script._graphs(x, pos, batch)
+    groups = peers._graphs(x, pos, batch)
     assert [g[0].shape for g in groups] == [(2, 5, 1), (1, 3, 1)]
     assert torch.equal(groups[0][0][1, :, 0], torch.arange(5.0, 10.0))
 
 
-def test_segment_reduce_equals_neuralop_loop(script):
+def test_segment_reduce_equals_neuralop_loop(peers):
     pytest.importorskip("neuralop")
     from neuralop.layers.segment_csr import segment_csr
 
     src = torch.randn(3, 10, 4)
     ptr = torch.tensor([0, 2, 2, 7, 10])  # includes an empty neighbourhood
     for reduction in ("sum", "mean"):
-        torch.testing.assert_close(script.segment_reduce(src, ptr[None].repeat(3, 1), reduction),
+        torch.testing.assert_close(peers.segment_reduce(src, ptr[None].repeat(3, 1), reduction),
                                    segment_csr(src, ptr[None].repeat(3, 1), reduction, False))
-        torch.testing.assert_close(script.segment_reduce(src[0], ptr, reduction),
+        torch.testing.assert_close(peers.segment_reduce(src[0], ptr, reduction),
                                    segment_csr(src[0], ptr, reduction, False))
 
 
-def test_tiny_run_scores_every_model_on_every_mesh(script, tmp_path):
+def test_tiny_run_scores_every_model_on_every_mesh(script, meshes, race, tmp_path):
     models = ["tno"]
     try:
         import neuralop  # noqa: F401
@@ -68,8 +88,8 @@ def test_tiny_run_scores_every_model_on_every_mesh(script, tmp_path):
         assert all(0 < e < 2 for e in row["test"].values())
     # the reported score is the weighted relative L2 error of the prediction on each mesh
     for name, op in res["operators"].items():
-        sample = script.darcy_samples({"graded": script.benchmark_meshes(6)["graded"]}, 1, 0, "piecewise",
-                                  start=script.SCALES["tiny"].n_train)["graded"][0]
+        sample = darcy_samples({"graded": meshes.benchmark_meshes(6)["graded"]}, 1, 0, "piecewise",
+                               start=race.SCALES["tiny"].n_train)["graded"][0]
         with torch.no_grad():
             pred = op.eval()(sample.x, sample.pos, sample.weight)
         expected = relative_l2(pred, sample.y, sample.weight)
@@ -92,31 +112,31 @@ def _peers():
 
 
 @pytest.mark.parametrize("domain", ["lshape", "holes"])
-def test_domain_meshes_cover_the_same_domain(script, domain):
+def test_domain_meshes_cover_the_same_domain(meshes, domain):
     from geoattn.mesh import from_meshio
 
-    meshes = script.benchmark_meshes(4, domain)
-    assert len(meshes) >= 3 and "train" in meshes and "refined" in meshes
-    areas = [float(from_meshio(m).weight.sum()) for m in meshes.values()]
+    domain_meshes = meshes.benchmark_meshes(4, domain)
+    assert len(domain_meshes) >= 3 and "train" in domain_meshes and "refined" in domain_meshes
+    areas = [float(from_meshio(m).weight.sum()) for m in domain_meshes.values()]
     np.testing.assert_allclose(areas, areas[0], rtol=1e-6)  # boundary nodes never move
-    pos = {k: m.points[:, :2] for k, m in meshes.items()}
-    assert all(script.inside(domain, p).all() for p in pos.values())
-    other = [k for k in meshes if k not in ("train", "refined")][0]
+    pos = {k: m.points[:, :2] for k, m in domain_meshes.items()}
+    assert all(meshes.inside(domain, p).all() for p in pos.values())
+    other = [k for k in domain_meshes if k not in ("train", "refined")][0]
     assert len(pos[other]) != len(pos["train"]) or not np.allclose(pos[other], pos["train"])
 
 
-def test_grid_values_outside_the_domain_are_zero(script):
+def test_grid_values_outside_the_domain_are_zero(meshes, peers):
     # L-shape: the grid points in the removed quadrant get no value from the mesh, the others
     # the piecewise-linear interpolant (exact for an affine function), and the mask says which.
-    pos = script.benchmark_meshes(4, "lshape")["train"].points[:, :2]
-    to_grid, _, mask = script.grid_operators(pos, 9, "lshape")
-    grid = script._grid(torch.as_tensor(pos), 9)
+    pos = meshes.benchmark_meshes(4, "lshape")["train"].points[:, :2]
+    to_grid, _, mask = peers.grid_operators(pos, 9, "lshape")
+    grid = peers._grid(torch.as_tensor(pos), 9)
     assert mask.sum() == 9 * 9 - 4 * 4  # the open quadrant holds 4 x 4 of the 9 x 9 points
     f = lambda p: 0.3 + 2.0 * p[:, 0] - 1.5 * p[:, 1]  # noqa: E731
     values = to_grid.tocsr() @ f(pos)
     np.testing.assert_allclose(values[mask], f(grid[mask]), atol=1e-12)
     assert np.all(values[~mask] == 0)
-    assert script.grid_operators(pos, 9)[2] is None  # no domain, no mask
+    assert peers.grid_operators(pos, 9)[2] is None  # no domain, no mask
 
 
 @pytest.mark.slow
@@ -131,16 +151,16 @@ def test_wall_clock_budget_run(script, tmp_path):
     assert "| slice |" in (tmp_path / "table.md").read_text()
 
 
-def test_budget_probe_puts_the_initial_weights_back(script):
-    scale = script.replace(script.SCALES["tiny"], seconds=0.5)
-    train = script.darcy_samples({"train": script.benchmark_meshes(6)["train"]}, 2, 0, "piecewise")["train"]
-    op = script.NormalizedOperator(script.model_factories(scale, ["tno"])["tno"]())
+def test_budget_probe_puts_the_initial_weights_back(meshes, race):
+    scale = replace(race.SCALES["tiny"], seconds=0.5)
+    train = darcy_samples({"train": meshes.benchmark_meshes(6)["train"]}, 2, 0, "piecewise")["train"]
+    op = NormalizedOperator(race.model_factories(scale, ["tno"])["tno"]())
     before = [t.detach().clone() for t in op.parameters()]
-    assert script.budget_epochs(op, train, scale) >= 1
+    assert race.budget_epochs(op, train, scale) >= 1
     assert all(torch.equal(a, b) for a, b in zip(before, op.parameters()))
 
 
-def test_cpu_clock_budget_times_the_epochs_not_the_checks(script, monkeypatch):
+def test_cpu_clock_budget_times_the_epochs_not_the_checks(meshes, race, monkeypatch):
     """``--clock cpu``: the probe times the process's CPU time from the first optimiser step on,
     so slow sample checks before it (here 0.2 s of CPU time per probe, several epochs' worth) do
     not shrink the budget."""
@@ -148,9 +168,9 @@ def test_cpu_clock_budget_times_the_epochs_not_the_checks(script, monkeypatch):
 
     import geoattn.train.trainer as trainer
 
-    train = script.darcy_samples({"train": script.benchmark_meshes(6)["train"]}, 4, 0, "piecewise")["train"]
-    op = script.NormalizedOperator(script.model_factories(script.SCALES["tiny"], ["tno"])["tno"]())
-    scale = script.replace(script.SCALES["tiny"], seconds=20.0, clock="cpu")
+    train = darcy_samples({"train": meshes.benchmark_meshes(6)["train"]}, 4, 0, "piecewise")["train"]
+    op = NormalizedOperator(race.model_factories(race.SCALES["tiny"], ["tno"])["tno"]())
+    scale = replace(race.SCALES["tiny"], seconds=20.0, clock="cpu")
     validate = trainer.validate_samples
 
     def slow(*args, **kwargs):
@@ -165,7 +185,7 @@ def test_cpu_clock_budget_times_the_epochs_not_the_checks(script, monkeypatch):
     try:
         # counting the checks, every probe epoch would take over 0.2 s: at most 20 / 0.2 = 100
         # epochs; a tiny epoch itself takes about 0.01 s of CPU time
-        assert script.budget_epochs(op, train, scale) > 150
+        assert race.budget_epochs(op, train, scale) > 150
     finally:
         torch.set_num_threads(threads)
 
@@ -183,21 +203,21 @@ def test_tiny_run_on_the_disk_with_holes(script):
 
 
 @pytest.mark.slow
-def test_samples_solved_by_several_processes_are_the_same_samples(script):
+def test_samples_solved_by_several_processes_are_the_same_samples(meshes):
     """``--data-workers``: chunks of the indices solved in other processes, put back in order."""
-    meshes = script.benchmark_meshes(5)
-    field = script.coefficient_field(meshes)
-    one = script.solve_samples(meshes, 5, 3, "lognormal", field, start=2)
-    split = script.solve_samples(meshes, 5, 3, "lognormal", field, start=2, workers=2)
-    assert list(split) == list(meshes)
-    for name in meshes:
+    domain_meshes = meshes.benchmark_meshes(5)
+    field = meshes.coefficient_field(domain_meshes)
+    one = meshes.solve_samples(domain_meshes, 5, 3, "lognormal", field, start=2)
+    split = meshes.solve_samples(domain_meshes, 5, 3, "lognormal", field, start=2, workers=2)
+    assert list(split) == list(domain_meshes)
+    for name in domain_meshes:
         assert len(split[name]) == 5
         for a, b in zip(one[name], split[name]):
             assert torch.equal(a.x, b.x) and torch.equal(a.y, b.y) and torch.equal(a.pos, b.pos)
     assert not torch.equal(one["train"][0].x, one["train"][1].x)  # in order, not one sample repeated
 
 
-def test_a_failing_model_is_left_out_and_named(script, monkeypatch, tmp_path):
+def test_a_failing_model_is_left_out_and_named(script, report, monkeypatch, tmp_path):
     """A model that fails (here: out of memory in its first training step) does not stop the race:
     the others are trained and scored, and the failure is named in the table and the results."""
     import geoattn.train.trainer as trainer_module
@@ -215,31 +235,29 @@ def test_a_failing_model_is_left_out_and_named(script, monkeypatch, tmp_path):
     res = results["piecewise"]
     assert list(res["models"]) == ["galerkin"] and set(res["report"].errors) == {"galerkin"}
     assert res["failed"] == {"tno": "OutOfMemoryError: CUDA out of memory. Tried to allocate 154.31 GiB (simulated)"}
-    assert "tno" in script.table(results) and "Failed, left out: `tno`" in (tmp_path / "table.md").read_text()
+    assert "tno" in report.table(results) and "Failed, left out: `tno`" in (tmp_path / "table.md").read_text()
 
 
-def test_fem_floor_falls_under_refinement(script):
+def test_fem_floor_falls_under_refinement(meshes, race):
     """The targets' own discretisation error: positive on every mesh, and on the refined
     training mesh (h/2) at most about a quarter of the training mesh's, as P1 elements converge
     at second order in L2 (a loose 0.5 here, the coefficient being rough)."""
-    floor = script.fem_floor(script.SCALES["tiny"], "lognormal")
+    floor = meshes.fem_floor(race.SCALES["tiny"], "lognormal")
     assert set(floor) == {"train", "refined", "graded", "foreign"}
     assert all(0 < v < 0.5 for v in floor.values())
     assert floor["refined"] < 0.5 * floor["train"]
 
 
-def test_reference_targets_are_the_fine_solution_on_every_mesh(script):
+def test_reference_targets_are_the_fine_solution_on_every_mesh(meshes, race):
     """On the twice-refined training mesh itself the reference targets are that mesh's own
     solutions (interpolation at the same nodes); on a coarser mesh they are its nodal values,
     so they differ from the coarse mesh's own solutions by the FEM floor. Inputs are untouched."""
-    from geoattn.data.darcy import darcy_samples
-
-    scale = script.SCALES["tiny"]
-    base = script.benchmark_meshes(scale.mesh_n)
-    meshes = {"train": base["train"], "twice": families.refine(base["train"], 2)}
-    field = script.coefficient_field(base)
-    own = darcy_samples(meshes, scale.n_test, 0, "lognormal", field, start=scale.n_train)
-    ref = script.reference_targets(meshes, scale, "lognormal", field)
+    scale = race.SCALES["tiny"]
+    base = meshes.benchmark_meshes(scale.mesh_n)
+    domain_meshes = {"train": base["train"], "twice": families.refine(base["train"], 2)}
+    field = meshes.coefficient_field(base)
+    own = darcy_samples(domain_meshes, scale.n_test, 0, "lognormal", field, start=scale.n_train)
+    ref = meshes.reference_targets(domain_meshes, scale, "lognormal", field)
     for d, r in zip(own["twice"], ref["twice"]):
         torch.testing.assert_close(r.y, d.y, rtol=1e-6, atol=1e-7)
     for d, r in zip(own["train"], ref["train"]):
@@ -272,12 +290,12 @@ def test_stand_ins_only_for_packages_transolver_never_calls(load_script):
     assert pt._stand_in_needed(ImportError("cannot import name 'Mlp' from 'physicsnemo.nn'")) is None
 
 
-def test_transolver_joins_the_race_when_physicsnemo_is_installed(script):
+def test_transolver_joins_the_race_when_physicsnemo_is_installed(race):
     """PhysicsNeMo's Transolver, when importable, is a model of the race and runs on a flat batch
     of two meshes like the other adapters; without PhysicsNeMo it is left out with a warning."""
     from physicsnemo_transolver import load_transolver
 
-    factories = script.model_factories(script.SCALES["tiny"])
+    factories = race.model_factories(race.SCALES["tiny"])
     if load_transolver() is None:
         assert "physicsnemo-transolver" not in factories
         pytest.skip("NVIDIA PhysicsNeMo is not installed")
@@ -291,13 +309,13 @@ def test_transolver_joins_the_race_when_physicsnemo_is_installed(script):
     torch.testing.assert_close(out[12:], alone)
 
 
-def test_supersampled_run_refines_the_geoattn_models_meshes_only(script):
+def test_supersampled_run_refines_the_geoattn_models_meshes_only(script, meshes, race):
     """``--supersample 2``: geoattn's models train and are scored through ResolvedQuadrature at
     half the training mesh's edge (mesh_fno with the modes of the refined mesh), the peers on the
     nodes; combined with ``--resolve-quadrature`` or below 1 it is refused."""
     from geoattn.eval import ResolvedQuadrature
 
-    assert script.mesh_fno_modes(6) == 1 and script.mesh_fno_modes(6, supersample=2) == 2
+    assert race.mesh_fno_modes(6) == 1 and race.mesh_fno_modes(6, supersample=2) == 2
     models = ["mesh_fno", *[p for p in _peers() if p == "neuralop-fno"]]
     results = script.main(["--scale", "tiny", "--families", "lognormal", "--models", *models, "--supersample", "2",
                        "--modes", "4"])  # grid FNO modes 4: mesh_fno at most 2
@@ -305,7 +323,7 @@ def test_supersampled_run_refines_the_geoattn_models_meshes_only(script):
     assert isinstance(ops["mesh_fno"].model, ResolvedQuadrature)
     assert ops["mesh_fno"].model.op.hparams["modes"] == 2
     fine = {len(fine_pos) for _, fine_pos, _, _ in ops["mesh_fno"].model.structures.values()}
-    assert len(families.refine(script.benchmark_meshes(6)["train"], 1).points) in fine
+    assert len(families.refine(meshes.benchmark_meshes(6)["train"], 1).points) in fine
     if "neuralop-fno" in ops:
         assert not isinstance(ops["neuralop-fno"].model, ResolvedQuadrature)
     for bad in (["--supersample", "0"], ["--supersample", "2", "--resolve-quadrature"]):
@@ -313,7 +331,7 @@ def test_supersampled_run_refines_the_geoattn_models_meshes_only(script):
             script.main(["--scale", "tiny", *bad])
 
 
-def test_mixed_resolution_trains_on_both_meshes_and_scores_on_the_mesh_as_is(script):
+def test_mixed_resolution_trains_on_both_meshes_and_scores_on_the_mesh_as_is(script, meshes, race):
     """``MixedResolution``: in training, a share ``fraction`` of the calls is the
     ResolvedQuadrature's output (on the refined mesh, read at the data's nodes), the others the
     model's on the mesh as it is; in evaluation always the latter. ``--mix-resolution`` outside
@@ -321,38 +339,38 @@ def test_mixed_resolution_trains_on_both_meshes_and_scores_on_the_mesh_as_is(scr
     from geoattn.eval import ResolvedQuadrature
     from geoattn.models import build_model
 
-    mesh = script.benchmark_meshes(6)["train"]
+    mesh = meshes.benchmark_meshes(6)["train"]
     data = from_meshio(mesh)
     x = torch.randn(len(data.pos), 1)
     torch.manual_seed(0)
     model = build_model("tno", in_channels=1, out_channels=1, dim=2, width=8, depth=1)
-    size = script.supersampled_size(6, supersample=2)
+    size = race.supersampled_size(6, supersample=2)
     resolved = ResolvedQuadrature(model, [mesh], size)
     with torch.no_grad():
         coarse, fine = model(x, data.pos, data.weight), resolved(x, data.pos, data.weight)
         assert (coarse - fine).abs().max() > 1e-4  # the two discretisations differ
         for fraction, want in ((0.0, coarse), (1.0, fine)):
-            mixed = script.MixedResolution(model, [mesh], size, fraction)
+            mixed = race.MixedResolution(model, [mesh], size, fraction)
             torch.testing.assert_close(mixed.train()(x, data.pos, data.weight), want)
             torch.testing.assert_close(mixed.eval()(x, data.pos, data.weight), coarse)
-        mixed = script.MixedResolution(model, [mesh], size, 0.5).train()
+        mixed = race.MixedResolution(model, [mesh], size, 0.5).train()
         outs = [mixed(x, data.pos, data.weight) for _ in range(40)]
         picked_fine = sum(bool(torch.equal(o, fine)) for o in outs)
         assert sum(bool(torch.equal(o, coarse)) for o in outs) + picked_fine == 40
         assert 8 <= picked_fine <= 32  # Binomial(40, 1/2): outside with probability 2e-5
     with pytest.raises(ValueError, match="fraction"):
-        script.MixedResolution(model, [mesh], size, 1.5)
+        race.MixedResolution(model, [mesh], size, 1.5)
     results = script.main(["--scale", "tiny", "--families", "lognormal", "--models", "mesh_fno",
                            "--mix-resolution", "0.5"])
     op = results["lognormal"]["operators"]["mesh_fno"].model
-    assert isinstance(op, script.MixedResolution) and op.fraction == 0.5
+    assert isinstance(op, race.MixedResolution) and op.fraction == 0.5
     for bad in (["--mix-resolution", "1.5"], ["--mix-resolution", "0.5", "--supersample", "2"]):
         with pytest.raises(SystemExit):
             script.main(["--scale", "tiny", *bad])
 
 
 @pytest.mark.slow
-def test_coarsened_inputs_interpolate_from_a_subset_of_the_nodes_in_training_only(script):
+def test_coarsened_inputs_interpolate_from_a_subset_of_the_nodes_in_training_only(script, race):
     """``CoarsenedInputs``: each subset keeps the hull's vertices and fewer nodes toward one side;
     the kept nodes keep their values and the others take the piecewise-linear interpolant of the
     kept ones, which reproduces affine inputs exactly and changes curved ones; a sample of a batch
@@ -361,8 +379,8 @@ def test_coarsened_inputs_interpolate_from_a_subset_of_the_nodes_in_training_onl
     mesh = families.unit_square(12, "irregular", seed=2)
     data = from_meshio(mesh, dtype=torch.float64)
     pos, n = data.pos, len(data.pos)
-    hook = script.CoarsenedInputs(1.0, least=0.1, pool=8, seed=1)
-    hull = np.unique(script.Delaunay(pos.numpy()).convex_hull)
+    hook = race.CoarsenedInputs(1.0, least=0.1, pool=8, seed=1)
+    hull = np.unique(Delaunay(pos.numpy()).convex_hull)
     for index, coeff in hook.subsets(pos):
         kept = np.unique(index.numpy())
         assert set(hull) <= set(kept) and len(kept) < n
@@ -397,14 +415,14 @@ def test_coarsened_inputs_interpolate_from_a_subset_of_the_nodes_in_training_onl
     assert 15 <= sum(changed) <= 45  # Binomial(60, 1/2): outside with probability 1e-4
     assert not any(k for k in model.state_dict())
     with pytest.raises(ValueError, match="fraction"):
-        script.CoarsenedInputs(1.5)
+        race.CoarsenedInputs(1.5)
     results = script.main(["--scale", "tiny", "--families", "lognormal", "--models", "mesh_fno", "--coarsen", "0.5"])
     assert results["lognormal"]["models"]["mesh_fno"]["test"]["train"] > 0
     with pytest.raises(SystemExit):
         script.main(["--scale", "tiny", "--coarsen", "-0.1"])
 
 
-def test_grid_fno_runs_a_batch_of_mixed_meshes_as_its_graphs_one_by_one(script):
+def test_grid_fno_runs_a_batch_of_mixed_meshes_as_its_graphs_one_by_one(meshes, peers):
     """A batch whose graphs lie on different meshes (the images of one mesh under the square's
     symmetries) goes through FNO as one grid batch, and equals each graph run alone."""
     pytest.importorskip("neuralop")
@@ -412,10 +430,10 @@ def test_grid_fno_runs_a_batch_of_mixed_meshes_as_its_graphs_one_by_one(script):
     from geoattn.mesh.symmetry import transform
 
     torch.manual_seed(0)
-    fno = script.GridFNO(1, 1, grid=8, modes=3, width=8, depth=1).eval()
+    fno = peers.GridFNO(1, 1, grid=8, modes=3, width=8, depth=1).eval()
     base = from_meshio(families.unit_square(5, "irregular", seed=0))
     base.x = torch.rand(len(base.pos), 1)
-    graphs = [transform(base, g) for g in script.SYMMETRIES["square"][:3]] + [base]  # meshes a, b, c, a
+    graphs = [transform(base, g) for g in meshes.SYMMETRIES["square"][:3]] + [base]  # meshes a, b, c, a
     x, pos = torch.cat([g.x for g in graphs]), torch.cat([g.pos for g in graphs])
     batch = torch.repeat_interleave(torch.arange(4), len(base.pos))
     with torch.no_grad():
@@ -425,7 +443,7 @@ def test_grid_fno_runs_a_batch_of_mixed_meshes_as_its_graphs_one_by_one(script):
 
 
 @pytest.mark.slow
-def test_symmetries_train_on_every_image_and_score_the_average(script):
+def test_symmetries_train_on_every_image_and_score_the_average(script, meshes, race):
     """``--symmetries``: the training set is every sample on the eight images of the square's
     training mesh (checked), and each model is also scored averaged over them, which is invariant
     under the symmetries; the holed disk, which has none, is refused."""
@@ -442,15 +460,15 @@ def test_symmetries_train_on_every_image_and_score_the_average(script):
             assert all(0 < e < 2 for e in row[key].values())
     op = res["operators"]["mesh_fno"]
     assert len(op.model.structures) == 4 + 7  # the four test meshes and the seven new images of the training mesh
-    averaged = script.symmetrize(op, script.SYMMETRIES["square"])
+    averaged = symmetrize(op, meshes.SYMMETRIES["square"])
     assert isinstance(averaged.model.op, SymmetrizedOperator)
-    sample = script.darcy_samples({"graded": script.benchmark_meshes(6)["graded"]}, 1, 0, "lognormal",
-                              start=script.SCALES["tiny"].n_train)["graded"][0]
+    sample = darcy_samples({"graded": meshes.benchmark_meshes(6)["graded"]}, 1, 0, "lognormal",
+                           start=race.SCALES["tiny"].n_train)["graded"][0]
     with torch.no_grad():
         out = averaged.eval()(sample.x, sample.pos, sample.weight)
-        image = transform(sample, script.SYMMETRIES["square"][3])
+        image = transform(sample, meshes.SYMMETRIES["square"][3])
         op.model.register([image])
-        torch.testing.assert_close(script.symmetrize(op, script.SYMMETRIES["square"])(image.x, image.pos, image.weight),
+        torch.testing.assert_close(symmetrize(op, meshes.SYMMETRIES["square"])(image.x, image.pos, image.weight),
                                    out, rtol=1e-4, atol=1e-6)
     with pytest.raises(SystemExit):
         script.main(["--scale", "tiny", "--domain", "holes", "--symmetries"])
@@ -476,7 +494,7 @@ def test_symmetries_with_the_resolved_quadrature_average_inside_the_refinement(s
         assert row["worst_over_train" + key[len("test"):] + "_resolved_symmetrized"] > 0
 
 
-def test_validation_scores_each_model_at_its_best_epoch(script, tmp_path):
+def test_validation_scores_each_model_at_its_best_epoch(script, meshes, race, tmp_path):
     import importlib.util
 
     # neuralop's models add entries to their state_dict that are not tensors: restoring copes
@@ -487,9 +505,10 @@ def test_validation_scores_each_model_at_its_best_epoch(script, tmp_path):
     row = results["piecewise"]["models"]["mesh_fno"]
     assert 1 <= row["best_epoch"] <= 3 and row["val_error"] > 0
     op = results["piecewise"]["operators"]["mesh_fno"]
-    meshes = script.benchmark_meshes(script.SCALES["tiny"].mesh_n)
-    val = script.darcy_samples({"train": meshes["train"]}, 2, 0, "piecewise", script.coefficient_field(meshes),
-                               start=script.SCALES["tiny"].n_train + script.SCALES["tiny"].n_test)["train"]
+    domain_meshes = meshes.benchmark_meshes(race.SCALES["tiny"].mesh_n)
+    val = darcy_samples({"train": domain_meshes["train"]}, 2, 0, "piecewise",
+                        meshes.coefficient_field(domain_meshes),
+                        start=race.SCALES["tiny"].n_train + race.SCALES["tiny"].n_test)["train"]
     from geoattn.train import evaluate_errors
 
     # the operator scored is the one of the best epoch: its validation error is that epoch's
@@ -498,28 +517,29 @@ def test_validation_scores_each_model_at_its_best_epoch(script, tmp_path):
 
 
 @pytest.mark.slow
-def test_ensemble_trains_members_on_a_share_of_the_budget_and_scores_their_mean(script, tmp_path, monkeypatch):
+def test_ensemble_trains_members_on_a_share_of_the_budget_and_scores_their_mean(script, meshes, race, tmp_path,
+                                                                                 monkeypatch):
     """``--ensemble 2``: each model is the mean of two members from seeds 0 and 1, each given half
     the budget's epochs and scored at its own best epoch; the mean is what is scored, and it is
     averaged member by member under the symmetries."""
     from geoattn.train import Ensemble, evaluate_errors
 
     budgets = []
-    real = script.budget_epochs
-    monkeypatch.setattr(script, "budget_epochs", lambda op, train, scale, *a: budgets.append(scale.seconds) or 3)
+    real = race.budget_epochs
+    monkeypatch.setattr(race, "budget_epochs", lambda op, train, scale, *a: budgets.append(scale.seconds) or 3)
     results = script.main(["--scale", "tiny", "--families", "lognormal", "--models", "mesh_fno", "--seconds", "8",
                            "--ensemble", "2", "--validation", "2", "--symmetries", "--out", str(tmp_path)])
-    assert budgets == [4.0] and real is not script.budget_epochs
+    assert budgets == [4.0] and real is not race.budget_epochs
     row = results["lognormal"]["models"]["mesh_fno"]
     ens = results["lognormal"]["operators"]["mesh_fno"]
     assert isinstance(ens, Ensemble) and len(ens) == 2 and row["epochs"] == 3
     assert len(row["best_epochs"]) == 2 and all(1 <= b <= 3 for b in row["best_epochs"])
-    meshes = script.benchmark_meshes(script.SCALES["tiny"].mesh_n)
-    test = script.darcy_samples(meshes, script.SCALES["tiny"].n_test, 0, "lognormal", script.coefficient_field(meshes),
-                                start=script.SCALES["tiny"].n_train)
+    domain_meshes = meshes.benchmark_meshes(race.SCALES["tiny"].mesh_n)
+    test = darcy_samples(domain_meshes, race.SCALES["tiny"].n_test, 0, "lognormal",
+                         meshes.coefficient_field(domain_meshes), start=race.SCALES["tiny"].n_train)
     for mesh in ("train", "graded"):
         assert float(evaluate_errors(ens, test[mesh]).mean()) == pytest.approx(row["test"][mesh], rel=1e-5)
-    averaged = script.symmetrize(ens, script.SYMMETRIES["square"])
+    averaged = symmetrize(ens, meshes.SYMMETRIES["square"])
     assert isinstance(averaged, Ensemble) and len(averaged) == 2
     assert "mean of 2 members" in (tmp_path / "table.md").read_text()
     with pytest.raises(SystemExit):

@@ -61,10 +61,9 @@ def test_floors_order_as_the_information(tiny):
 
 
 def test_signs_tell_less_than_values(script):
-    dc = script.dc
-    scale = dc.SCALES["tiny"]
-    meshes = dc.benchmark_meshes(scale.mesh_n)
-    field = dc.coefficient_field(meshes)
+    scale = script.SCALES["tiny"]
+    meshes = script.benchmark_meshes(scale.mesh_n)
+    field = script.coefficient_field(meshes)
     nodes = meshes["train"].points[:, :2]
     truth = field.sample(0, scale.n_train)
     rng = np.random.default_rng(0)
@@ -92,9 +91,8 @@ def test_bad_arguments_are_refused(script):
     for bad in (["--sampler", "gibbs"], ["--thin", "0"], ["--burn", "-1"]):
         with pytest.raises(SystemExit):
             script.main(bad)
-    dc = script.dc
-    meshes = dc.benchmark_meshes(dc.SCALES["tiny"].mesh_n)
-    field = dc.coefficient_field(meshes)
+    meshes = script.benchmark_meshes(script.SCALES["tiny"].mesh_n)
+    field = script.coefficient_field(meshes)
     with pytest.raises(ValueError, match="unknown sampler"):
         script.conditional_draws(field, "piecewise", field.sample(0, 0), meshes["train"].points[:, :2],
                                  np.random.default_rng(0), 2, 1, 1, sampler="gibbs")
@@ -107,7 +105,7 @@ def test_race_sizes_reach_the_floor(script):
                           "--families", "lognormal", "--meshes", "train"])
     floor = result["floors"]["lognormal"]
     assert list(floor) == ["train"]
-    assert floor["train"]["nodes"] == len(script.dc.benchmark_meshes(4)["train"].points)
+    assert floor["train"]["nodes"] == len(script.benchmark_meshes(4)["train"].points)
     assert len(floor["train"]["samples"]) == 1
     with pytest.raises(SystemExit):
         script.main(["--scale", "tiny", "--mesh-n", "0"])
@@ -161,12 +159,12 @@ def test_transfer_intervals_cover_the_population_ratio(script):
     assert 0.88 <= covered / 200 <= 0.99, covered
 
 
-def test_transfer_table_reads_a_race_and_its_floor(script, tiny, tmp_path):
+def test_transfer_table_reads_a_race_and_its_floor(script, load_script, tiny, tmp_path):
     """``--transfer FLOORS_JSON RESULTS_JSON``: the race's per-sample errors (its test samples are
     the floor's) against both floor estimates; a score the race did not keep is refused."""
     _, floor_out = tiny
-    script.dc.main(["--scale", "tiny", "--families", "lognormal", "--models", "mesh_fno", "--reference-targets",
-             "--out", str(tmp_path)])
+    load_script("darcy_compare").main(["--scale", "tiny", "--families", "lognormal", "--models", "mesh_fno",
+                                       "--reference-targets", "--out", str(tmp_path)])
     text = script.main(["--transfer", str(floor_out / "floors.json"), str(tmp_path / "results.json")])["transfer"]
     assert "**lognormal**, `mesh_fno` (test_reference)" in text
     assert all(f"| {mesh} |" in text for mesh in ("train", "refined", "graded", "foreign"))

@@ -8,9 +8,9 @@ SCRIPT = "darcy_refined_gap"  # the ``script`` fixture (conftest.py)
 
 @pytest.fixture(scope="module")
 def samples(script):
-    meshes = script.dc.benchmark_meshes(6)
-    field = script.dc.coefficient_field(meshes)
-    test = script.dc.solve_samples({k: meshes[k] for k in ("train", "refined")}, 3, 0, "lognormal", field)
+    meshes = script.benchmark_meshes(6)
+    field = script.coefficient_field(meshes)
+    test = script.solve_samples({k: meshes[k] for k in ("train", "refined")}, 3, 0, "lognormal", field)
     return test["train"], test["refined"]
 
 

@@ -1,0 +1,417 @@
+"""The Darcy race: every model trained for the same budget on the same samples, then scored.
+
+:class:`Scale` holds the sizes of one run (:data:`SCALES` its presets); :func:`model_factories`
+builds every model of the race (geoattn's and the peers of :mod:`darcy.peers`);
+:func:`budget_epochs` turns a wall-clock budget into epochs; :func:`run_family` trains every model
+on one coefficient family and scores it on every mesh of the domain.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import inspect
+import logging
+import threading
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+from scipy.spatial import Delaunay
+
+from geoattn.eval import CrossMeshReport, ResolvedQuadrature, cross_mesh_report, training_size
+from geoattn.mesh.interpolation import linear_interpolation
+from geoattn.mesh.refinement import refine_to
+from geoattn.mesh.registry import mesh_key
+from geoattn.mesh.symmetry import augment
+from geoattn.models import MODELS, build_model
+from geoattn.nn.spectral import resolved_modes
+from geoattn.train import NormalizedOperator, Trainer, symmetrize, train_ensemble
+
+from .meshes import (SYMMETRIES, benchmark_meshes, cell_size, coefficient_field, reference_targets,
+                     solve_samples)
+from .peers import GridFNO, MeshGINO, Transolver
+
+log = logging.getLogger("darcy_compare")
+
+
+@dataclass
+class Scale:
+    """Sizes of one run: training mesh (``unit_square(mesh_n, "irregular")`` on the square, see
+    :func:`benchmark_meshes`), samples, epochs or a wall-clock budget per model, widths."""
+
+    mesh_n: int
+    n_train: int
+    n_test: int
+    epochs: int
+    batch_size: int = 4
+    lr: float = 1e-3
+    weight_decay: float = 1e-4  # AdamW's decoupled weight decay, the same for every model
+    width: int = 32
+    depth: int = 3
+    grid: int = 32
+    modes: int = 12
+    seconds: float | None = None  # wall-clock budget per model (None: train for ``epochs``)
+    supersample: int = 1  # geoattn models compute on meshes refined to the training edge / this
+    mix_resolution: float = 0.0  # share of training batches geoattn models compute on meshes refined to the edge / 2
+    coarsen: float = 0.0  # share of training samples whose input geoattn models see through a thinned node set
+    mesh_fno_modes: int | None = None  # mesh_fno's modes (None: :func:`mesh_fno_modes`)
+    quadrature: str = "nodal"  # mesh_fno's forward transforms: nodal quadrature or exact on the P1 interpolant
+    mesh_fno_local: float | None = None  # mesh_fno's local integral: its radius in training-mesh cells (None: none)
+    symmetries: bool = False  # train every model on the training samples carried by the domain's symmetries
+    clock: str = "wall"  # what ``seconds`` counts: wall time, or the process's CPU time ("cpu")
+    validation: int = 0  # held-out samples on the training mesh: each model keeps its best epoch on them
+    ensemble: int = 1  # members per model, each trained for 1 / ensemble of the budget; scored as their mean
+    data_workers: int = 1  # processes solving the Darcy samples (the samples do not depend on it)
+
+
+SCALES = {
+    "tiny": Scale(mesh_n=6, n_train=4, n_test=2, epochs=1, batch_size=2, width=8, depth=1, grid=8, modes=3),
+    "cpu": Scale(mesh_n=12, n_train=100, n_test=30, epochs=8, width=32, depth=3, grid=16, modes=6),
+    "gpu": Scale(mesh_n=64, n_train=1000, n_test=200, epochs=300, batch_size=8, width=64, depth=4,
+                 grid=64, modes=16),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# the benchmark
+
+def patch_resolution(mesh_n: int, domain: str = "square") -> dict[str, int]:
+    """Patches and modes of the patched models (ViT-NO, FANO): the most patches of 64, 16, 4 or 1
+    (the paper's order is 16 and more) that hold at least 9 nodes each, and the Fourier modes
+    those nodes resolve (:func:`geoattn.nn.spectral.resolved_modes`; 0 keeps only each patch's
+    mean). Patch attention moves values between patches by interpolation at full resolution; only
+    the Fourier parts (ViT-NO's lift, FANO's Q, K, V) are limited by the modes, and with more modes
+    than a patch's nodes resolve their coefficients are aliased on the training mesh and the
+    trained models do not transfer."""
+    nodes = len(benchmark_meshes(mesh_n, domain)["train"].points)
+    for parts in (64, 16, 4, 1):
+        if nodes / parts >= 9 or parts == 1:
+            return {"num_patches": parts, "modes": resolved_modes(nodes / parts, 2)}
+
+
+class MixedResolution(ResolvedQuadrature):
+    """A model that, in training, computes each batch on the meshes refined to ``size`` with
+    probability ``fraction`` (as :class:`ResolvedQuadrature`, read at the data's nodes) and on the
+    meshes as they are otherwise; in evaluation always on the meshes as they are. It trains one
+    model on two discretisations of the same samples, so that it cannot fit the errors of one."""
+
+    def __init__(self, op: torch.nn.Module, meshes, size: float, fraction: float):
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"fraction must be in [0, 1], got {fraction!r}")
+        super().__init__(op, meshes, size)
+        self.fraction = float(fraction)
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
+                batch: torch.Tensor | None = None) -> torch.Tensor:
+        if self.training and float(torch.rand(())) < self.fraction:
+            return super().forward(x, pos, weight, batch)
+        return self.op(x, pos, weight, batch)
+
+
+class CoarsenedInputs:
+    """A forward pre-hook that, while its model trains, replaces each sample's input with
+    probability ``fraction`` by the piecewise-linear interpolant of its values at a random subset
+    of the nodes: the nodes are kept with a probability that ramps from ``q`` (drawn log-uniform in
+    ``[least, 1]``) to 1 across the domain in a random direction, and the hull's vertices always.
+    The model then sees inputs as a coarser or graded mesh shows them (resolved on nodes as dense
+    as the training mesh's). Each mesh gets a pool of ``pool`` subsets, drawn once. In evaluation
+    the inputs pass as they are; the hook adds nothing to the model's state or checkpoints.
+    ``model.register_forward_pre_hook(CoarsenedInputs(p))``."""
+
+    def __init__(self, fraction: float, least: float = 0.08, pool: int = 16, seed: int = 0):
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"fraction must be in [0, 1], got {fraction!r}")
+        if not 0.0 < least <= 1.0:
+            raise ValueError(f"least must be in (0, 1], got {least!r}")
+        self.fraction, self.least, self.pool = float(fraction), float(least), int(pool)
+        self.rng = np.random.default_rng(seed)
+        self.stencils: dict = {}  # mesh_key -> [(index [N, 3], coeff [N, 3])]
+
+    def subsets(self, pos: torch.Tensor) -> list:
+        """The pool of interpolation stencils of the mesh with nodes ``pos``."""
+        key = mesh_key(pos)
+        if key not in self.stencils:
+            p = pos.detach().to("cpu", torch.float64)
+            hull = np.unique(Delaunay(p.numpy()).convex_hull)
+            pool = []
+            for _ in range(self.pool):
+                direction = self.rng.normal(size=p.shape[1])
+                t = p.numpy() @ direction
+                t = (t - t.min()) / (t.max() - t.min())
+                q = np.exp(self.rng.uniform(np.log(self.least), 0.0))
+                keep = self.rng.random(len(p)) < q + (1 - q) * t
+                keep[hull] = True
+                kept = np.flatnonzero(keep)
+                interp = linear_interpolation(p[kept], p)
+                pool.append((torch.as_tensor(kept)[interp.index], interp.coeff))
+            self.stencils[key] = pool
+        return self.stencils[key]
+
+    def __call__(self, module: torch.nn.Module, args: tuple):
+        if not module.training or self.fraction == 0:
+            return None
+        x, pos, weight, *rest = args
+        batch = rest[0] if rest else None
+        counts = [len(pos)] if batch is None else torch.bincount(batch).tolist()
+        parts = []
+        for gx, gpos in zip(x.split(counts), pos.split(counts)):
+            if float(torch.rand(())) < self.fraction:
+                pool = self.subsets(gpos)
+                index, coeff = pool[int(torch.randint(len(pool), ()))]
+                gx = (gx[index.to(x.device)] * coeff.to(x)[..., None]).sum(1)
+            parts.append(gx)
+        return (torch.cat(parts), pos, weight, *rest)
+
+
+def supersampled_size(mesh_n: int, domain: str = "square", supersample: int = 1) -> float:
+    """The longest edge the geoattn models compute on: the training mesh's over ``supersample``."""
+    return training_size(benchmark_meshes(mesh_n, domain)["train"]) / supersample
+
+
+def mesh_fno_modes(mesh_n: int, domain: str = "square", most: int | None = None, supersample: int = 1) -> int:
+    """Modes of the mesh-native FNO: those the nodes it computes on resolve
+    (:func:`geoattn.nn.spectral.resolved_modes`; with ``supersample`` > 1 the training mesh
+    refined to :func:`supersampled_size`), at least 1 and at most ``most``."""
+    train = benchmark_meshes(mesh_n, domain)["train"]
+    if supersample > 1:
+        train = refine_to(train, supersampled_size(mesh_n, domain, supersample))[0]
+    modes = max(1, resolved_modes(len(train.points), 2))
+    return modes if most is None else min(modes, most)
+
+
+def model_factories(scale: Scale, names: list[str] | None = None, domain: str = "square") -> dict[str, callable]:
+    """Constructors of every model to compare (geoattn ones that exist, neuralop ones if installed).
+
+    Every model gets the scale's ``width`` and ``depth``; the graph-kernel models (and GINO) a ball
+    radius of 2.5 training-mesh cells; the patched models the patches and modes of
+    :func:`patch_resolution`; the mesh-native FNO (``mesh_fno``) the modes of
+    :func:`mesh_fno_modes`, at most half the grid FNO's ``modes`` (neuralop's ``n_modes`` counts
+    frequencies of both signs, ``K`` here is the largest ``|m|``); the slice transformer (``slice``)
+    its default heads and slices."""
+    out = {}
+    radius = 2.5 * cell_size(scale.mesh_n, domain)
+    for name, cls in MODELS.items():  # the registry holds the field-to-field models only
+        params = inspect.signature(cls.__init__).parameters
+        # ball radius of the graph-kernel models (here and GINO's): 2.5 cells of the training mesh
+        kw = {k: v for k, v in dict(width=scale.width, depth=scale.depth, radius=radius).items()
+              if k in params}
+        if "num_patches" in params:
+            kw.update(patch_resolution(scale.mesh_n, domain))
+        elif "modes" in params:
+            if "quadrature" in params:
+                kw["quadrature"] = scale.quadrature
+            if "local" in params and scale.mesh_fno_local:
+                kw["local"] = {"radius": scale.mesh_fno_local * cell_size(scale.mesh_n, domain)}
+            kw["modes"] = scale.mesh_fno_modes or mesh_fno_modes(scale.mesh_n, domain, max(1, scale.modes // 2),
+                                                                 scale.supersample)
+        out[name] = lambda name=name, kw=kw: build_model(name, in_channels=1, out_channels=1, dim=2, **kw)
+    try:
+        import neuralop  # noqa: F401
+    except ImportError:
+        log.warning("neuralop is not installed: skipping GINO and FNO (pip install 'geoattn[compare]')")
+    else:
+        common = dict(in_channels=1, out_channels=1, grid=scale.grid, modes=scale.modes, width=scale.width)
+        out["neuralop-gino"] = lambda: MeshGINO(radius=radius, **common)
+        out["neuralop-fno"] = lambda: GridFNO(domain=None if domain == "square" else domain, **common)
+    from physicsnemo_transolver import load_transolver
+
+    if load_transolver() is None:
+        log.warning("NVIDIA PhysicsNeMo is not installed: skipping its Transolver (see "
+                    "benchmarks/physicsnemo_transolver.py for the install command)")
+    else:
+        out["physicsnemo-transolver"] = lambda: Transolver(in_channels=1, out_channels=1, dim=2,
+                                                           width=scale.width, depth=scale.depth)
+    if names:
+        missing = set(names) - set(out)
+        if missing:
+            raise ValueError(f"models {sorted(missing)} are not available; choose from {sorted(out)}")
+        out = {k: v for k, v in out.items() if k in names}
+    return out
+
+
+class PeakMemory:
+    """Peak memory of a block: CUDA allocator peak, or peak resident set size above the start (CPU,
+    sampled every 5 ms after returning freed heap memory to the system)."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.peak = device, 0
+
+    def __enter__(self):
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.base = torch.cuda.memory_allocated(self.device)
+            return self
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except OSError:
+            pass
+        self.base, self._stop = self._rss(), threading.Event()
+        self.peak = self.base
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+        return self
+
+    @staticmethod
+    def _rss() -> int:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * 4096
+
+    def _watch(self):
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, self._rss())
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            self.peak = torch.cuda.max_memory_allocated(self.device)
+        else:
+            self._stop.set()
+            self._thread.join()
+            self.peak = max(self.peak, self._rss())
+        self.mib = (self.peak - self.base) / 2**20
+
+
+def budget_epochs(op: NormalizedOperator, train: list, scale: Scale, seed: int = 0,
+                  val: list | None = None) -> int:
+    """Epochs that fit in ``scale.seconds``, from the time of throw-away epochs: one when it takes
+    the whole budget or more, else at least two and up to ten until they add up to 5 % of the
+    budget, timed by the median of all but the first one (which also pays one-time costs such as
+    neighbour graphs and interpolation matrices). With ``scale.clock == "cpu"`` the epochs are
+    timed by the process's CPU time from the first optimiser step on (the sample checks and the
+    normaliser fits of each probe are not an epoch's work), which other work on a shared machine
+    stretches less than the wall time (with one thread it is the wall time of an idle machine); with
+    validation samples ``val`` the CPU time includes their scoring after the epoch (the wall time
+    does not). The weights are then put back to their initial values."""
+    tensors = [*op.parameters(), *op.buffers()]  # not state_dict: neuralop adds non-tensor entries
+    initial = [t.detach().clone() for t in tensors]
+    seconds = []
+    while not seconds or (seconds[0] < scale.seconds and len(seconds) < 10
+                          and (len(seconds) < 2 or sum(seconds) < scale.seconds / 20)):
+        probe = Trainer(op, epochs=1, batch_size=scale.batch_size, lr=scale.lr, weight_decay=scale.weight_decay,
+                        seed=seed, progress=False)
+        first: list[float] = []  # CPU time at the first optimiser step: after the checks and normaliser fits
+        wall = probe.fit(train, val, on_step=lambda epoch, step: first or first.append(time.process_time()))[-1]["seconds"]
+        steps = -(-len(train) // scale.batch_size)
+        # the first step's batch and forward pass come before the mark: count them as an average step
+        cpu = (time.process_time() - first[0]) * steps / max(1, steps - 1) if steps > 1 else wall
+        seconds.append(cpu if scale.clock == "cpu" else wall)
+    with torch.no_grad():
+        for t, t0 in zip(tensors, initial):
+            t.copy_(t0)
+    log.info("probe epochs: %s s (%s)", ", ".join(f"{s:.1f}" for s in seconds), scale.clock)
+    return max(1, int(scale.seconds / float(np.median(seconds[1:] or seconds))))
+
+
+def run_family(family: str, scale: Scale, names: list[str] | None, device: torch.device,
+               seed: int = 0, domain: str = "square", reference: bool = False, resolve: bool = False) -> dict:
+    """Train every model on one coefficient family and score it on every mesh of the domain
+    (with ``reference``, also against :func:`reference_targets`; with ``resolve``, also each
+    model wrapped in :class:`geoattn.eval.ResolvedQuadrature`)."""
+    meshes = benchmark_meshes(scale.mesh_n, domain)
+    field = coefficient_field(meshes)
+    tic = time.perf_counter()
+    workers = scale.data_workers
+    train = solve_samples({"train": meshes["train"]}, scale.n_train, seed, family, field, workers=workers)["train"]
+    test = solve_samples(meshes, scale.n_test, seed, family, field, start=scale.n_train, workers=workers)
+    val = solve_samples({"train": meshes["train"]}, scale.validation, seed, family, field,
+                  start=scale.n_train + scale.n_test, workers=workers)["train"] if scale.validation else None
+    log.info("%s: data in %.1f s", family, time.perf_counter() - tic)
+    if scale.symmetries:
+        train = augment(train, SYMMETRIES[domain])  # |G| images of every training sample, checked
+    train = [d.to(device) for d in train]
+    val = None if val is None else [d.to(device) for d in val]
+    test = {k: [d.to(device) for d in v] for k, v in test.items()}
+    rows, operators, failed = {}, {}, {}
+
+    def fail(name: str, err: BaseException):  # the race goes on without the model, which is named
+        failed[name] = f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:160]}"
+        log.error("%s %s failed: %s", family, name, failed[name])
+        rows.pop(name, None)
+        operators.pop(name, None)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    report = CrossMeshReport({mesh: samples[0].num_nodes for mesh, samples in test.items()}, "train")
+    size = supersampled_size(scale.mesh_n, domain, scale.supersample)
+    for name, make in model_factories(scale, names, domain).items():
+        def build(name=name, make=make):
+            model = make()
+            if scale.supersample > 1 and name in MODELS:  # geoattn's own models; the peers see the nodes
+                model = ResolvedQuadrature(model, meshes.values(), size)
+                model.register(train[:len(SYMMETRIES[domain])] if scale.symmetries else [])  # the images
+            elif scale.mix_resolution > 0 and name in MODELS:
+                model = MixedResolution(model, [], supersampled_size(scale.mesh_n, domain, 2), scale.mix_resolution)
+                model.register(train[:len(SYMMETRIES[domain])] if scale.symmetries else train[:1])  # training meshes
+            if scale.coarsen > 0 and name in MODELS:
+                model.register_forward_pre_hook(CoarsenedInputs(scale.coarsen, seed=seed))
+            return NormalizedOperator(model).to(device)  # patched models: the trainer fits the partition
+
+        torch.manual_seed(seed)
+        try:
+            # each of the ensemble's members trains for its share of the budget
+            epochs = scale.epochs if scale.seconds is None else budget_epochs(
+                build(), train, replace(scale, seconds=scale.seconds / scale.ensemble), seed, val)
+            cpu = time.process_time()
+            with PeakMemory(device) as mem:
+                ensemble = train_ensemble(build, train, val, members=scale.ensemble, seed=seed, epochs=epochs,
+                                          batch_size=scale.batch_size, lr=scale.lr, weight_decay=scale.weight_decay,
+                                          progress=False, restore_best=bool(val))  # a validation set: its best
+            cpu = time.process_time() - cpu
+        except RuntimeError as err:  # out of memory (torch.OutOfMemoryError), a device error, a diverged loss
+            fail(name, err)
+            continue
+        op = ensemble if scale.ensemble > 1 else ensemble.members[0]
+        seconds = [h["seconds"] for history in ensemble.histories for h in history]
+        rows[name] = {"parameters": sum(p.numel() for p in op.parameters() if p.requires_grad),
+                      "epochs": epochs,  # of each member
+                      "seconds_per_epoch": float(np.median(seconds)),
+                      "train_seconds": float(np.sum(seconds)),
+                      "cpu_seconds_per_epoch": cpu / (epochs * scale.ensemble),
+                      "peak_mib": mem.mib,
+                      "train_error": float(np.mean([h[-1]["train"] for h in ensemble.histories]))}
+        if val:
+            best = [int(np.argmin([h["val"] for h in history])) for history in ensemble.histories]
+            rows[name].update(best_epoch=best[0] + 1, val_error=ensemble.histories[0][best[0]]["val"])
+            if scale.ensemble > 1:
+                rows[name].update(best_epochs=[b + 1 for b in best],
+                                  val_errors=[h[b]["val"] for h, b in zip(ensemble.histories, best)])
+        operators[name] = op
+        log.info("%s %s: %s", family, name, rows[name])
+        try:  # scored as soon as trained (its line is in the log if the run is cut short)
+            report.errors.update(cross_mesh_report({name: op}, test, reference="train",
+                                                   batch_size=scale.batch_size).errors)
+        except (RuntimeError, ValueError) as err:  # out of memory, non-finite errors
+            fail(name, err)
+            continue
+        log.info("%s %s: test %s", family, name, {mesh: round(report.mean(name, mesh), 4) for mesh in report.nodes})
+    scored = {"test": report}
+    if reference:
+        targets = reference_targets(meshes, scale, family, field, seed)
+        targets = {k: [d.to(device) for d in v] for k, v in targets.items()}
+        scored["test_reference"] = cross_mesh_report(operators, targets, reference="train",
+                                                     batch_size=scale.batch_size)
+    if resolve:
+        size = training_size(meshes["train"])
+        resolved = {name: ResolvedQuadrature(op, meshes.values(), size).to(device) for name, op in operators.items()}
+        scored["test_resolved"] = cross_mesh_report(resolved, test, reference="train", batch_size=scale.batch_size)
+        if reference:
+            scored["test_reference_resolved"] = cross_mesh_report(resolved, targets, reference="train",
+                                                                  batch_size=scale.batch_size)
+    if scale.symmetries:  # every model also averaged over the domain's symmetries (inside the refinement)
+        averaged = {"": {name: symmetrize(op, SYMMETRIES[domain]) for name, op in operators.items()}}
+        if resolve:
+            averaged["_resolved"] = {name: symmetrize(op, SYMMETRIES[domain]) for name, op in resolved.items()}
+        samples = {"test": test, "test_reference": targets if reference else None}
+        for key in [k for k, v in samples.items() if v is not None]:
+            for how, ops in averaged.items():
+                scored[key + how + "_symmetrized"] = cross_mesh_report(ops, samples[key], reference="train",
+                                                                       batch_size=scale.batch_size)
+    for name in operators:
+        for key, rep in scored.items():
+            rows[name][key] = errors = {mesh: rep.mean(name, mesh) for mesh in rep.nodes}
+            rows[name]["worst_over_train" + key[len("test"):]] = max(list(errors.values())[1:]) / errors["train"]
+            # every test sample's error, for statistics other than the mean (e.g. the RMS)
+            rows[name].setdefault("samples", {})[key] = {mesh: e.tolist() for mesh, e in rep.errors[name].items()}
+    return {"nodes": report.nodes, "models": rows, "failed": failed, "report": report, "operators": operators}
