@@ -60,9 +60,12 @@ def call_arguments(mesh, args: tuple, kwargs: dict, x: torch.Tensor | None = Non
                 NeuralOperator._raise_value_error(x, mesh, weight, batch)
     mesh = as_mesh(mesh, weight, batch)
     if pos_query is not None:
-        if weight_query is None:
+        given = weight_query is not None
+        if not given:  # a query mesh for a decoder that only reads its nodes
             weight_query = pos_query.new_ones(pos_query.shape[0])
         query = Mesh(pos_query, weight_query, batch=batch_query)
+        if not given:
+            query.memo["weights_unknown"] = True
     return mesh, query
 
 

@@ -11,12 +11,14 @@ training mesh into ``num_patches`` parts by ``partition_method`` and stores the 
 buffers (RCB cut planes, or METIS seed nodes with nearest-seed assignment), so it is saved in
 checkpoints and the same subdomains are found on every mesh the model is evaluated on
 (:meth:`~geoattn.mesh.Partition.transfer`). A model without a fitted partition cuts every graph on
-the fly (each with its own patch length), and a ``partition`` passed to ``forward`` overrides the
-fitted one.
+the fly (each with its own patch length); :meth:`PatchedOperator.set_partition` sets or clears the
+partition.
 
 Patch attention reads every patch's function in every other patch's frame by interpolation
-(:mod:`geoattn.nn.patch_pairs`); the stencils are built once per mesh and partition and cached
-in the model (keyed by the bytes of the mesh), so repeated calls on one mesh do not rebuild them.
+(:mod:`geoattn.nn.patch_pairs`); these stencils, the patch of every node and its frame are built
+once per mesh and partition and kept in the memo of the :class:`~geoattn.mesh.Mesh` (each graph of
+a batch in its member mesh's memo), so repeated calls on one mesh rebuild nothing and read nothing
+back from the device.
 The Fourier parts (ViT-NO's patch lift, FANO's :math:`Q, K, V`) need every patch to hold enough
 nodes for their ``modes``; choose ``modes`` with :func:`~geoattn.nn.spectral.resolved_modes`
 from the nodes per patch of the training mesh; the models log a warning once when a patch is
@@ -25,18 +27,20 @@ under-resolved.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from typing import NamedTuple
 
 import torch
 from torch import nn
 
-from ..mesh.cache import StructureCache
+from ..mesh.mesh import Mesh
 from ..mesh.partition import Partition, partition as make_partition
-from ..nn.functional import graph_slices
-from ..nn.patch_attention import PatchAttention
-from ..nn.patch_pairs import PatchPairs, patch_pairs
-from ..nn.spectral import PatchSpectralIntegral, SpectralIntegral, SpectralSmoothing, resolved_modes
+from ..nn.patch_attention import (PatchAttention, PatchGeometry, concat_geometry, patch_coefficients,
+                                  patch_evaluate, patch_geometry)
+from ..nn.patch_pairs import PatchPairs, concat_pairs, patch_pairs
+from ..nn.spectral import (PatchSpectralIntegral, SpectralIntegral, SpectralSmoothing, _uses_nufft, _zero_index,
+                           resolved_modes)
 from .encoder import CoordinateFeatures, EncoderBlock, EncoderOperator, PointwiseMLP
 
 logger = logging.getLogger(__name__)
@@ -52,13 +56,19 @@ class PatchIndex(NamedTuple):
     - ``length``: patch length :math:`L` of every node's graph ``[N]``;
     - ``num_patches``: patches per graph :math:`P`;
     - ``pairs``: the :class:`~geoattn.nn.patch_pairs.PatchPairs` of these nodes with the source
-      mesh, for patch attention (default ``None``: the layer builds them).
+      mesh, for patch attention (default ``None``: the layer builds them);
+    - ``geometry``: the :class:`~geoattn.nn.patch_attention.PatchGeometry` of the nodes in units
+      of their patch length (default ``None``: the layers compute the frames);
+    - ``unit``: the coordinates and weights in units of the patch length, ``pos / L`` and
+      ``weight / L^d`` (default ``None``: computed by :class:`PatchMixer`).
     """
 
     patch: torch.Tensor
     length: torch.Tensor
     num_patches: int
     pairs: PatchPairs | None = None
+    geometry: PatchGeometry | None = None
+    unit: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 class PatchMixer(nn.Module):
@@ -75,31 +85,45 @@ class PatchMixer(nn.Module):
         layer: the patch layer.
 
     Shapes:
-        - ``x [N, C]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional) and the keyword
-          ``patches`` (:class:`PatchIndex`); for cross-attention the query side ``x_query``,
-          ``pos_query``, ``weight_query``, ``batch_query`` and ``patches_query``. Output: the
-          layer's, ``[N, C_out]`` or ``[Nq, C_out]``.
+        - ``x [N, C]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional) and the keywords
+          ``patches`` (:class:`PatchIndex`) and ``layout`` (optional batch
+          :class:`~geoattn.mesh.Layout`); for cross-attention the query side ``x_query``,
+          ``pos_query``, ``weight_query``, ``batch_query``, ``patches_query`` and
+          ``layout_query``. Output: the layer's, ``[N, C_out]`` or ``[Nq, C_out]``.
     """
 
     def __init__(self, layer: nn.Module):
         super().__init__()
         self.layer = layer
+        index = getattr(layer, "mode_index", None)
+        self._zero = _zero_index(index) if index is not None else None  # once: torch.equal syncs
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                batch: torch.Tensor | None = None, *, patches: PatchIndex,
+                batch: torch.Tensor | None = None, *, patches: PatchIndex, layout=None,
                 x_query: torch.Tensor | None = None, pos_query: torch.Tensor | None = None,
                 weight_query: torch.Tensor | None = None, batch_query: torch.Tensor | None = None,
-                patches_query: PatchIndex | None = None) -> torch.Tensor:
-        pos, weight = _unit_length(pos, weight, patches)
+                patches_query: PatchIndex | None = None, layout_query=None) -> torch.Tensor:
+        pos, weight = patches.unit if patches.unit is not None else _unit_length(pos, weight, patches)
+        layer, geometry = self.layer, patches.geometry
+        if isinstance(layer, PatchSpectralIntegral) and x_query is None and geometry is not None \
+                and not _uses_nufft(layer.backend, geometry.frame, layer.mode_index):
+            # PatchSpectralIntegral.forward with the frame and segment sizes of the mesh's memo
+            coeff = layer.mix(patch_coefficients(x, weight, geometry, layer.mode_index, self._zero))
+            return patch_evaluate(coeff, geometry, layer.mode_index, self._zero)
         kwargs = dict(patch=patches.patch, num_patches=patches.num_patches)
-        if isinstance(self.layer, PatchAttention):
-            kwargs["pairs"] = (patches_query or patches).pairs
+        if isinstance(layer, PatchAttention):
+            kwargs.update(pairs=(patches_query or patches).pairs, geometry=geometry, layout=layout)
         if x_query is not None:
-            pos_query, weight_query = _unit_length(pos_query, weight_query, patches_query)
+            if patches_query.unit is not None:
+                pos_query, weight_query = patches_query.unit
+            else:
+                pos_query, weight_query = _unit_length(pos_query, weight_query, patches_query)
             kwargs.update(x_query=x_query, pos_query=pos_query, weight_query=weight_query,
                           batch_query=batch_query, patch_query=patches_query.patch,
                           num_patches_query=patches_query.num_patches)
-        return self.layer(x, pos, weight, batch, **kwargs)
+            if isinstance(layer, PatchAttention):
+                kwargs.update(geometry_query=patches_query.geometry, layout_query=layout_query)
+        return layer(x, pos, weight, batch, **kwargs)
 
 
 def _unit_length(pos: torch.Tensor, weight: torch.Tensor,
@@ -107,6 +131,11 @@ def _unit_length(pos: torch.Tensor, weight: torch.Tensor,
     """Coordinates and weights in units of each graph's patch length: ``pos / L``, ``w / L^d``."""
     length = index.length.to(pos.dtype)
     return pos / length.unsqueeze(-1), weight / length.pow(pos.shape[-1])
+
+
+#: Tokens that name a model's partition in the memo keys of the meshes it runs on: a new token
+#: for every partition a model is given (fitted, set or loaded), unique in the process.
+_TOKENS = itertools.count()
 
 
 class PatchedOperator(EncoderOperator):
@@ -128,8 +157,9 @@ class PatchedOperator(EncoderOperator):
 
     The partition is model state (:meth:`fit_mesh`, :attr:`partition`): see the module docstring.
 
-    With ``decoder="cross"`` the output is read on a query mesh :math:`y` (nodes ``pos_query`` with
-    weights ``weight_query``, assigned to the same patches) through one patched cross-attention
+    With ``decoder="cross"`` the output is read on a query mesh :math:`y` (the
+    :class:`~geoattn.mesh.Mesh` ``query``, its nodes assigned to the same patches and placed in
+    them by its own weights) through one patched cross-attention
     (:class:`~geoattn.nn.PatchAttention` with a query side) from an embedding of the query
     coordinates:
     :math:`z(y) = P\big(\operatorname{LN}(E(y) + C_P(E, h_{\text{depth}})(y))\big)`.
@@ -155,8 +185,8 @@ class PatchedOperator(EncoderOperator):
         self.decoder = self.check_decoder(decoder)
         self.modes = modes
         self._warned_resolution = False
-        self._pairs_cache = StructureCache(self.cache_size)
         self._partition: Partition | None = None
+        self._token = next(_TOKENS)
         for key, value in _EMPTY_PARTITION.items():
             self.register_buffer(f"partition_{key}", value.clone())
         self.inputs = CoordinateFeatures.of(in_channels, dim, coordinate_features)
@@ -191,19 +221,33 @@ class PatchedOperator(EncoderOperator):
         return self._partition
 
     def set_partition(self, part: Partition | None) -> None:
-        """Make ``part`` the model's partition (``None``: none, cut every mesh on the fly)."""
+        """Make ``part`` the model's partition (``None``: none, cut every mesh on the fly). The
+        structure meshes keep for the former partition is not used again."""
         state = part.state() if part is not None else _EMPTY_PARTITION
         for key, value in state.items():
             setattr(self, f"partition_{key}", value.to(getattr(self, f"partition_{key}").device))
         self._partition = part
-        self._pairs_cache.clear()
+        self._token = next(_TOKENS)
 
-    def fit_mesh(self, pos: torch.Tensor, weight: torch.Tensor, cells: torch.Tensor | None = None) -> None:
-        """Cut the training mesh into ``num_patches`` parts by ``partition_method`` and keep the
-        partition, unless one is already fitted (see :class:`~geoattn.models.NeuralOperator`)."""
-        if self.partition is None:
-            self.set_partition(make_partition(pos, weight, self.num_patches, cells=cells,
-                                              method=self.partition_method))
+    def fit_mesh(self, mesh: Mesh, weight: torch.Tensor | None = None, cells: torch.Tensor | None = None) -> None:
+        """Cut the training :class:`~geoattn.mesh.Mesh` (its first graph, for a batch) into
+        ``num_patches`` parts by ``partition_method`` (METIS on its cells, when it has them) and
+        keep the partition, unless one is already fitted (see
+        :class:`~geoattn.models.NeuralOperator`).
+
+        The former call ``fit_mesh(pos, weight, cells)`` is still accepted and is
+        ``fit_mesh(Mesh(pos, weight, cells))``."""
+        if self.partition is not None:
+            return
+        if not isinstance(mesh, Mesh):  # the former fit_mesh(pos, weight, cells)
+            if weight is None:
+                raise TypeError("fit_mesh takes the training Mesh (or the former pos, weight, cells)")
+            mesh = Mesh(mesh, weight, cells)
+        elif weight is not None or cells is not None:
+            raise TypeError("fit_mesh(mesh): the Mesh carries its weights and cells")
+        mesh = mesh.graphs()[0]
+        self.set_partition(make_partition(mesh.pos, mesh.weight, self.num_patches, cells=mesh.cells,
+                                          method=self.partition_method))
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         for key in _EMPTY_PARTITION:  # the partition buffers take the saved shapes
@@ -211,60 +255,88 @@ class PatchedOperator(EncoderOperator):
             if name in state_dict:
                 setattr(self, f"partition_{key}", torch.empty_like(state_dict[name]))
         self._partition = None
-        self._pairs_cache.clear()
+        self._token = next(_TOKENS)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
-    def partitions(self, pos: torch.Tensor, weight: torch.Tensor, batch: torch.Tensor | None = None,
-                   partition: Partition | None = None) -> list[Partition]:
-        """The partition of every graph: ``partition``, else the fitted one, for all; else each
-        graph cut on the fly into ``num_patches`` parts by ``partition_method``."""
-        graphs = graph_slices(len(pos), batch)
-        partition = partition if partition is not None else self.partition
-        if partition is not None:
-            return [partition] * len(graphs)
-        return [make_partition(pos[g], weight[g], self.num_patches, method=self.partition_method)
-                for g in graphs]
+    # -- per-mesh structure, in the meshes' memos ---------------------------------------------
+    def _partition_key(self) -> tuple:
+        """What the patches of a mesh depend on besides the mesh: the fitted partition (its
+        token), or the settings of the partitions made on the fly."""
+        if self.partition is not None:
+            return ("fitted", self._token)
+        return ("own", self.num_patches, self.partition_method)
 
-    @staticmethod
-    def patch_index(pos: torch.Tensor, batch: torch.Tensor | None, parts: list[Partition]) -> PatchIndex:
-        """The :class:`PatchIndex` of nodes ``pos`` (graph ``g`` in the patches of ``parts[g]``),
-        without stencils."""
+    def partitions(self, mesh: Mesh) -> list[Partition]:
+        """The partition of every graph of ``mesh``: the fitted one, for all; else each graph cut
+        on the fly into ``num_patches`` parts by ``partition_method`` (once per graph's
+        :class:`~geoattn.mesh.Mesh`, kept in its memo)."""
+        if self.partition is not None:
+            return [self.partition] * mesh.num_graphs
+        return mesh.per_graph(("partition", self.num_patches, self.partition_method),
+                              lambda m: make_partition(m.pos, m.weight, self.num_patches,
+                                                       method=self.partition_method))
+
+    def patch_index(self, mesh: Mesh, source: Mesh | None = None) -> PatchIndex:
+        """The :class:`PatchIndex` of ``mesh`` with its stencils against ``source`` (default: the
+        mesh itself; a query mesh of the cross decoder takes the partition of its source graph):
+        built per graph and kept in the memo of every graph's mesh, and assembled once per
+        (batched) mesh in its memo."""
+        own = source is None or source is mesh
+        source = mesh if own else source
+        if source.num_graphs != mesh.num_graphs:
+            raise ValueError(f"the query mesh has {mesh.num_graphs} graphs, the input mesh "
+                             f"{source.num_graphs}")
+        key = ("patch_index",) + self._partition_key() + (() if own else (source,))
+        return mesh.cached(key, lambda: self._build_patch_index(mesh, source))
+
+    @torch.compiler.disable  # host work (partitions, stencils): run eagerly, once per mesh
+    def _build_patch_index(self, mesh: Mesh, source: Mesh) -> PatchIndex:
+        parts = self.partitions(source)
+        graphs = [self._graph_index(m, s, part) for m, s, part in zip(mesh.graphs(), source.graphs(), parts)]
         num_patches = {p.num_parts for p in parts}
         if len(num_patches) != 1:
             raise ValueError(f"all graphs of a batch need the same number of patches, got {num_patches}")
-        patch = torch.zeros(len(pos), dtype=torch.long, device=pos.device)
-        length = torch.ones(len(pos), dtype=pos.dtype, device=pos.device)
-        for g, part in zip(graph_slices(len(pos), batch, len(parts)), parts):
-            if g.stop > g.start:
-                patch[g] = part.transfer(pos[g])
-                length[g] = part.length
-        return PatchIndex(patch, length, num_patches.pop())
+        if len(graphs) == 1:
+            return graphs[0]
+        cat = lambda name: torch.cat([getattr(g, name) for g in graphs])  # noqa: E731
+        return PatchIndex(cat("patch"), cat("length"), num_patches.pop(),
+                          concat_pairs([g.pairs for g in graphs], source.layout.counts),
+                          concat_geometry([g.geometry for g in graphs]),
+                          (torch.cat([g.unit[0] for g in graphs]), torch.cat([g.unit[1] for g in graphs])))
 
-    def with_pairs(self, index: PatchIndex, pos: torch.Tensor, weight: torch.Tensor,
-                   batch: torch.Tensor | None, source: tuple | None = None) -> PatchIndex:
-        """``index`` with the stencils of its nodes against ``source = (index, pos, weight, batch)``
-        (default: itself), from the cache when this mesh and partition were seen before."""
-        src, pos_s, weight_s, batch_s = source or (index, pos, weight, batch)
+    def _graph_index(self, mesh: Mesh, source: Mesh, part: Partition) -> PatchIndex:
+        """The :class:`PatchIndex` of one graph ``mesh`` in the patches of ``part`` (kept in its
+        memo), with the stencils against the graph ``source``."""
+        own = source is mesh
+        key = self._partition_key() + (() if own or self.partition is not None else (source,))
 
-        def build():
-            return patch_pairs(pos_s, weight_s, src.patch, src.num_patches, batch_s, pos_query=pos,
-                               weight_query=weight, patch_query=index.patch,
-                               num_patches_query=index.num_patches, batch_query=batch)
+        def side() -> PatchIndex:
+            pos, weight = mesh.pos, mesh.weight
+            patch = part.transfer(pos) if len(pos) else torch.zeros(0, dtype=torch.long, device=pos.device)
+            length = torch.full((len(pos),), part.length, dtype=pos.dtype, device=pos.device)
+            index = PatchIndex(patch, length, part.num_parts)
+            unit = _unit_length(pos, weight, index)
+            return index._replace(geometry=patch_geometry(*unit, patch, part.num_parts), unit=unit)
 
-        pairs = self._pairs_cache.get((index.patch, pos, weight, batch, src.patch, pos_s, weight_s, batch_s),
-                                      build, (index.num_patches, src.num_patches))
-        return index._replace(pairs=pairs)
+        index = mesh.cached(("patch_side",) + key, side)
 
-    def check_resolution(self, index: PatchIndex, batch: torch.Tensor | None = None) -> bool:
+        def pairs() -> PatchPairs:
+            src = index if own else self._graph_index(source, source, part)
+            return patch_pairs(source.pos, source.weight, src.patch, src.num_patches, pos_query=mesh.pos,
+                               weight_query=mesh.weight, patch_query=index.patch,
+                               num_patches_query=index.num_patches)
+
+        return index._replace(pairs=mesh.cached(("patch_pairs",) + key + (() if own else (source,)), pairs))
+
+    def check_resolution(self, index: PatchIndex) -> bool:
         """Whether every non-empty patch of ``index`` resolves the model's modes
         (:func:`~geoattn.nn.spectral.resolved_modes` of its node count is at least ``modes``);
-        logs a warning, once per model, when one does not."""
-        segment = index.patch if batch is None else batch * index.num_patches + index.patch
-        counts = torch.bincount(segment)
-        counts = counts[counts > 0]
-        if counts.numel() == 0:  # no nodes: nothing to resolve
+        logs a warning, once per model, when one does not. Reads the patch sizes of
+        ``index.geometry`` (plain integers), not the device."""
+        counts = sorted(c for c in index.geometry.counts if c > 0)
+        if not counts:  # no nodes: nothing to resolve
             return True
-        fewest = int(counts.min())
+        fewest = counts[0]
         need = max([self.modes] if isinstance(self.modes, int) else self.modes)
         ok = resolved_modes(fewest, self.dim) >= need
         if not ok and not self._warned_resolution:
@@ -273,51 +345,46 @@ class PatchedOperator(EncoderOperator):
                 "%s: a patch holds only %d nodes (median %d), too few to resolve modes=%s "
                 "(resolved_modes gives %d); the patch Fourier coefficients are aliased on this "
                 "mesh and a trained model will not transfer to other meshes: use fewer modes or "
-                "fewer patches", type(self).__name__, fewest, int(counts.median()), self.modes,
+                "fewer patches", type(self).__name__, fewest, counts[(len(counts) - 1) // 2], self.modes,
                 resolved_modes(fewest, self.dim))
         return ok
 
-    def encode(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-               batch: torch.Tensor | None = None, *, patches: PatchIndex) -> torch.Tensor:
-        """The encoder features ``[N, width]`` on the input mesh with patches ``patches``."""
-        self.check_inputs(x, pos)
+    def encode(self, x: torch.Tensor, mesh: Mesh, *, patches: PatchIndex) -> torch.Tensor:
+        """The encoder features ``[N, width]`` on ``mesh`` with its patches ``patches``
+        (:meth:`patch_index`)."""
+        pos, weight, batch, layout = mesh.pos, mesh.weight, mesh.batch_vector, mesh.layout
         u = self.inputs(x, pos)
         if self.spectral_lift:
-            h = self.lift(u, pos, weight, batch, patches=patches) + self.lift_local(u)
+            h = self.lift(u, pos, weight, batch, patches=patches, layout=layout) + self.lift_local(u)
         else:
             h = self.lift(u)
         for block in self.blocks:
-            h = block(h, pos, weight, batch, patches=patches)
+            h = block(h, pos, weight, batch, patches=patches, layout=layout)
         return h
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                batch: torch.Tensor | None = None, *, partition: Partition | None = None,
-                pos_query: torch.Tensor | None = None, weight_query: torch.Tensor | None = None,
-                batch_query: torch.Tensor | None = None) -> torch.Tensor:
-        self.check_call(x, pos, weight, batch)
-        self.check_query(pos_query)
-        parts = self.partitions(pos, weight, batch, partition)
-        index = self.patch_index(pos, batch, parts)
-        self.check_resolution(index, batch)
-        index = self.with_pairs(index, pos, weight, batch)
-        h = self.encode(x, pos, weight, batch, patches=index)
+    def forward(self, x: torch.Tensor, mesh: Mesh, *, query: Mesh | None = None) -> torch.Tensor:
+        self.check_call(x, mesh)
+        self.check_query(query)
+        if query is not None and query.memo.get("weights_unknown"):
+            raise ValueError("a query mesh needs its quadrature weights: the patched decoders "
+                             "integrate over the query's patches; pass weight_query, or a Mesh")
+        index = self.patch_index(mesh)
+        self.check_resolution(index)
+        h = self.encode(x, mesh, patches=index)
         if self.decoder == "pointwise":
-            z, pos_out, weight_out, batch_out = self.project(h), pos, weight, batch
+            z, out = self.project(h), mesh
         else:
-            if pos_query is None:
-                pos_query, weight_query, batch_query = pos, weight, batch
-            elif weight_query is None:
-                raise ValueError("a query mesh needs its quadrature weights: pass weight_query "
-                                 "(they place every query patch in its reference frame)")
-            index_query = self.with_pairs(self.patch_index(pos_query, batch_query, parts), pos_query,
-                                          weight_query, batch_query, source=(index, pos, weight, batch))
-            q = self.decode_cross(h, pos, weight, batch, pos_query, batch_query, patches=index,
-                                  weight_query=weight_query, patches_query=index_query)
-            z, pos_out, weight_out, batch_out = self.project(q), pos_query, weight_query, batch_query
+            out = mesh if query is None else query
+            index_query = index if out is mesh else self.patch_index(out, source=mesh)
+            e = self.query_embed(out.pos)
+            c = self.cross(h, mesh.pos, mesh.weight, mesh.batch_vector, patches=index, layout=mesh.layout,
+                           x_query=e, pos_query=out.pos, weight_query=out.weight,
+                           batch_query=out.batch_vector, patches_query=index_query, layout_query=out.layout)
+            z = self.project(self.cross_norm(e + c))
         if self.final is not None:
-            z = z + self.final(z, pos_out, weight_out, batch_out)
+            z = z + self.final(z, out.pos, out.weight, out.batch_vector)
         if self.smoothing is not None:
-            z = self.smoothing(z, pos_out, weight_out, batch_out)
+            z = self.smoothing(z, out.pos, out.weight, out.batch_vector)
         return z
 
 
@@ -335,11 +402,12 @@ _ARGS = r"""
         depth: number of encoder blocks (default ``3``).
         num_heads: attention heads (default ``4``).
         ff_mult: feed-forward hidden size as a multiple of ``width`` (default ``2``).
-        num_patches: patches per graph when no partition is passed (default ``16``).
+        num_patches: patches per graph :math:`P` (default ``16``).
         modes: Fourier modes :math:`K` per dimension on the reference patch (default ``4``, which
             needs about :math:`(2(2K+1))^d = 324` nodes per patch in 2D: see
             :func:`~geoattn.nn.spectral.resolved_modes`).
-        partition_method: ``"rcb"`` (default) or ``"metis"``, for partitions made on the fly.
+        partition_method: ``"rcb"`` (default) or ``"metis"``, for the fitted partition and those
+            made on the fly.
         final_modes: modes of the residual spectral layer :math:`z + W_S z` on the whole domain
             (default ``None``: no such layer).
         decoder: ``"pointwise"`` (default) or ``"cross"`` (answers on a query mesh too).
@@ -349,10 +417,9 @@ _ARGS = r"""
             spectral layer (default ``None``: none; the paper uses ``1e-3``).
 
     Shapes:
-        - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional),
-          ``partition`` (optional :class:`~geoattn.mesh.Partition` of the domain);
-          ``pos_query [Nq, d]``, ``weight_query [Nq]``, ``batch_query [Nq]`` (optional,
-          ``decoder="cross"`` only).
+        - input: ``x [N, C_in]`` on the nodes of ``mesh`` (a :class:`~geoattn.mesh.Mesh`, one
+          graph or a batch); ``query`` (optional :class:`~geoattn.mesh.Mesh` with as many graphs,
+          ``decoder="cross"`` only): the nodes and weights to answer on.
         - output: ``[N, C_out]``, or ``[Nq, C_out]`` with a query mesh.
 """
 

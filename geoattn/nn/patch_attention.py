@@ -4,17 +4,119 @@ r"""Patched attention on graph partitions (self and cross in one layer): softmax
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import torch
 from torch import nn
 
 from geoattn.mesh.quadrature import integrate
 
+from .functional import segment_matmul, weighted_gram
 from .patch_pairs import PatchPairs, pair_mix, pair_scores, patch_pairs
-from .spectral import ModeLinear, fourier_coefficients, fourier_evaluate, fourier_modes, patch_frame
+from .spectral import (FourierFrame, ModeLinear, _cos_sin, _uses_nufft, _zero_index, fourier_coefficients,
+                       fourier_evaluate, fourier_modes, patch_frame)
 
-__all__ = ["PatchAttention"]
+__all__ = ["PatchAttention", "PatchGeometry", "concat_geometry", "patch_coefficients", "patch_evaluate",
+           "patch_geometry"]
+
+
+class PatchGeometry(NamedTuple):
+    r"""What the patch layers compute from the nodes and patches of one side alone, once per mesh
+    and partition (:func:`patch_geometry`):
+
+    - ``frame``: the :class:`~geoattn.nn.spectral.FourierFrame` of every node in its patch
+      (:func:`~geoattn.nn.spectral.patch_frame`; segment ``batch * P + patch``);
+    - ``order``: the nodes sorted by segment (stable) ``[N]``;
+    - ``counts``: nodes per segment (plain integers), so the per-patch transforms split the sorted
+      nodes without reading the device;
+    - ``mass``: :math:`\sum_{i \in p} w_i` of every segment ``[B * P]`` (empty patches are masked).
+    """
+
+    frame: FourierFrame
+    order: torch.Tensor
+    counts: tuple[int, ...]
+    mass: torch.Tensor
+
+
+def patch_geometry(pos: torch.Tensor, weight: torch.Tensor, patch: torch.Tensor, num_patches: int,
+                   batch: torch.Tensor | None = None, patch_length: float = 1.0) -> PatchGeometry:
+    """The :class:`PatchGeometry` of nodes ``pos [N, d]`` with weights ``weight [N]`` in patches
+    ``patch [N]`` (``num_patches`` per graph, patch length ``patch_length``); reads the segment
+    sizes from the device once."""
+    frame = patch_frame(pos, weight, patch, patch_length, batch, num_patches)
+    order = torch.argsort(frame.segment, stable=True)
+    counts = tuple(torch.bincount(frame.segment, minlength=frame.num_segments).tolist())
+    mass = integrate(torch.ones_like(weight), weight, frame.segment, frame.num_segments)
+    return PatchGeometry(frame, order, counts, mass)
+
+
+def concat_geometry(parts: Sequence[PatchGeometry]) -> PatchGeometry:
+    """The :class:`PatchGeometry` of a batch from those of its graphs (graph ``g``'s segments
+    numbered after those of the graphs before), without reading the device."""
+    if len(parts) == 1:
+        return parts[0]
+    xi, segment, order, counts, offset, seg_offset = [], [], [], (), 0, 0
+    for part in parts:
+        xi.append(part.frame.xi)
+        segment.append(part.frame.segment + seg_offset)
+        order.append(part.order + offset)
+        counts += part.counts
+        offset += len(part.frame.xi)
+        seg_offset += part.frame.num_segments
+    frame = FourierFrame(torch.cat(xi), torch.cat(segment), seg_offset,
+                         torch.cat([p.frame.volume for p in parts]))
+    return PatchGeometry(frame, torch.cat(order), counts, torch.cat([p.mass for p in parts]))
+
+
+def _dense_basis(xi: torch.Tensor, modes: torch.Tensor, zero: int | None) -> torch.Tensor:
+    """:func:`~geoattn.nn.spectral.dense_basis` with the place of mode 0 given (no
+    ``torch.equal`` on the modes, which would read the device)."""
+    if zero is None:
+        return _cos_sin(xi, modes)
+    angle = 2.0 * math.pi * (xi @ modes[zero:].to(xi.dtype).t())  # (N, M_h): modes 0 and H
+    return torch.cat([angle.cos(), angle[:, 1:].sin()], dim=-1)  # (N, M)
+
+
+def patch_coefficients(x: torch.Tensor, weight: torch.Tensor, geometry: PatchGeometry,
+                       modes: torch.Tensor, zero: int | None, basis: torch.Tensor | None = None,
+                       backend: str = "auto") -> torch.Tensor:
+    """:func:`~geoattn.nn.spectral.fourier_coefficients` ``[B * P, M, C]`` of every patch, with the
+    segment sizes of ``geometry`` (no host read; the same numbers). ``zero``: the index of mode 0
+    in ``modes`` (:func:`~geoattn.nn.spectral._zero_index`, computed once by the layer);
+    ``basis``: :func:`~geoattn.nn.spectral.dense_basis` of ``geometry.frame.xi`` (default: made
+    here)."""
+    frame = geometry.frame
+    if _uses_nufft(backend, frame, modes):
+        return fourier_coefficients(x, weight, frame, modes, backend)
+    trig = _dense_basis(frame.xi.to(x.dtype), modes, zero) if basis is None else basis.to(x.dtype)
+    o = geometry.order  # weighted_gram sorts by segment itself; given the counts, it takes them sorted
+    gram = weighted_gram(trig[o], x[o], weight[o], frame.segment, frame.num_segments, counts=geometry.counts)
+    gram = gram / frame.volume.to(gram.dtype).view(-1, 1, 1)
+    if zero is None:
+        m = len(modes)
+        return torch.complex(gram[:, :m], -gram[:, m:])  # (S, M, C)
+    cos, sin = gram[:, :zero + 1], gram[:, zero + 1:]  # modes 0 and H; modes H
+    half = torch.complex(cos, -torch.cat([torch.zeros_like(cos[:, :1]), sin], dim=1))
+    return torch.cat([half[:, 1:].flip(1).conj(), half], dim=1)  # (S, M, C): u(-m) = conj u(m)
+
+
+def patch_evaluate(coeff: torch.Tensor, geometry: PatchGeometry, modes: torch.Tensor, zero: int | None,
+                   basis: torch.Tensor | None = None, backend: str = "auto") -> torch.Tensor:
+    """:func:`~geoattn.nn.spectral.fourier_evaluate` of patch coefficients ``[B * P, M, C]`` at the
+    nodes of ``geometry`` ``[N, C]``, with its segment sizes (no host read; the same numbers)."""
+    frame = geometry.frame
+    if _uses_nufft(backend, frame, modes):
+        return fourier_evaluate(coeff, frame, modes, backend)
+    dtype = coeff.real.dtype
+    trig = _dense_basis(frame.xi.to(dtype), modes, zero) if basis is None else basis.to(dtype)
+    if zero is None:
+        stacked = torch.cat([coeff.real, -coeff.imag], dim=1)  # (S, 2M, C)
+    else:
+        pair = coeff[:, zero + 1:] + coeff[:, :zero].flip(1).conj()  # c(m) + conj c(-m), m in H
+        stacked = torch.cat([coeff[:, zero:zero + 1].real, pair.real, -pair.imag], dim=1)  # (S, M, C)
+    o = geometry.order
+    out = segment_matmul(trig[o], stacked, frame.segment, counts=geometry.counts)  # sorted order
+    return torch.empty_like(out).index_copy_(0, o, out)
 
 
 class PatchAttention(nn.Module):
@@ -87,6 +189,12 @@ class PatchAttention(nn.Module):
           ``x_query [Nq, C]``, ``pos_query [Nq, d]``, ``weight_query [Nq]``,
           ``patch_query [Nq]``, ``batch_query [Nq]`` (give both batch vectors or neither) and
           ``num_patches_query``.
+        - **structure** (optional, what a model computes once per mesh and partition):
+          ``geometry`` (and ``geometry_query`` for a query side), the :class:`PatchGeometry` of
+          the nodes with ``patch_length``, for the spectral :math:`Q, K, V` without reading the
+          device; ``layout`` and ``layout_query``, the batch :class:`~geoattn.mesh.Layout` of
+          each side, for the stencils made here when ``pairs`` is not given. The output is the
+          same with or without them.
         - **output:** ``[N, C]``, or ``[Nq, C]`` with a query side.
     """
 
@@ -100,6 +208,7 @@ class PatchAttention(nn.Module):
         self.head_channels = channels // num_heads
         self.scale = scale if scale is not None else 1.0 / math.sqrt(self.head_channels)
         self.register_buffer("mode_index", fourier_modes(modes, dim), persistent=False)
+        self._zero = _zero_index(self.mode_index)  # mode 0's place, once (torch.equal syncs)
         num_modes = len(self.mode_index)
         linear = lambda: nn.Linear(channels, channels, bias=False)  # noqa: E731  (a bias is not patch-local)
         if spectral_qkv:
@@ -132,13 +241,15 @@ class PatchAttention(nn.Module):
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
                 batch: torch.Tensor | None = None, *, patch: torch.Tensor,
                 patch_length: float = 1.0, num_patches: int | None = None,
-                pairs: PatchPairs | None = None,
+                pairs: PatchPairs | None = None, geometry: PatchGeometry | None = None,
                 x_query: torch.Tensor | None = None, pos_query: torch.Tensor | None = None,
                 weight_query: torch.Tensor | None = None, patch_query: torch.Tensor | None = None,
                 batch_query: torch.Tensor | None = None,
-                num_patches_query: int | None = None) -> torch.Tensor:
+                num_patches_query: int | None = None, geometry_query: PatchGeometry | None = None,
+                layout=None, layout_query=None) -> torch.Tensor:
         p = num_patches if num_patches is not None else int(patch.max()) + 1
-        if x_query is None:
+        cross = x_query is not None
+        if not cross:
             if any(t is not None for t in (pos_query, weight_query, patch_query, batch_query,
                                            num_patches_query)):
                 raise ValueError("query keywords without x_query: pass x_query too")
@@ -153,12 +264,27 @@ class PatchAttention(nn.Module):
         if pairs is None:
             pairs = patch_pairs(pos, weight, patch, p, batch, pos_query=pos_query,
                                 weight_query=weight_query, patch_query=patch_query,
-                                num_patches_query=pq, batch_query=batch_query)
-        segment = patch if batch is None else batch * p + patch
-        mass = integrate(torch.ones_like(weight), weight, segment, pairs.num_segments // pq * p)
+                                num_patches_query=pq, batch_query=batch_query, layout=layout,
+                                layout_query=layout_query if cross else layout)
+        if not cross:
+            geometry_query = geometry
+        if geometry is not None:
+            mass = geometry.mass
+        else:
+            segment = patch if batch is None else batch * p + patch
+            mass = integrate(torch.ones_like(weight), weight, segment, pairs.num_segments // pq * p)
         mass = mass.view(-1, p)  # (B, P_s): empty source patches are masked
         h = self.num_heads
-        if self.spectral_qkv:
+        if self.spectral_qkv and geometry is not None and geometry_query is not None:
+            coeff = self._coefficients(x, weight, geometry, p)
+            if not cross:  # the query side is the source side: the same coefficients
+                frame, coeff_q = geometry_query, coeff
+            else:
+                frame, coeff_q = geometry_query, self._coefficients(x_query, weight_query, geometry_query, pq)
+            if coeff_q.shape[0] != coeff.shape[0]:
+                raise ValueError(f"query has {coeff_q.shape[0]} graphs, source {coeff.shape[0]}")
+            score = self._scores(coeff_q, coeff).flatten(0, 1)  # (B*P_q, P_s, H)
+        elif self.spectral_qkv:
             _, coeff = self._spectral(x, pos, weight, batch, patch, patch_length, p)
             frame, coeff_q = self._spectral(x_query, pos_query, weight_query, batch_query,
                                             patch_query, patch_length, pq)
@@ -176,8 +302,18 @@ class PatchAttention(nn.Module):
         if self.spectral_qkv:
             v = self.v_spectral(coeff).view(b, p, coeff.shape[2], h, self.head_channels)
             mixed = torch.einsum("bjkh,bkmhc->bjmhc", attn.view(b, pq, p, h).to(v.dtype), v)
-            out = out + fourier_evaluate(mixed.reshape(b * pq, -1, self.channels), frame, self.mode_index)
+            mixed = mixed.reshape(b * pq, -1, self.channels)
+            if isinstance(frame, PatchGeometry):
+                out = out + patch_evaluate(mixed, frame, self.mode_index, self._zero)
+            else:
+                out = out + fourier_evaluate(mixed, frame, self.mode_index)
         return self.out(out)
+
+    def _coefficients(self, x: torch.Tensor, weight: torch.Tensor, geometry: PatchGeometry,
+                      num_patches: int) -> torch.Tensor:
+        """Fourier coefficients ``[B, P, M, C]`` of one side with its :class:`PatchGeometry`."""
+        coeff = patch_coefficients(x, weight, geometry, self.mode_index, self._zero)
+        return coeff.view(-1, num_patches, *coeff.shape[1:])
 
     def extra_repr(self) -> str:
         modes = f", modes={self.modes}" if self.spectral_qkv else ""

@@ -41,7 +41,7 @@ from ..mesh.interpolation import linear_interpolation
 from ..mesh.partition import patch_centroids
 from .functional import graph_slices, num_graphs
 
-__all__ = ["PatchPairs", "pair_mix", "pair_scores", "patch_pairs"]
+__all__ = ["PatchPairs", "concat_pairs", "pair_mix", "pair_scores", "patch_pairs"]
 
 #: Elements of the translated values ``[n, P, C]`` computed at once (more are computed chunk by
 #: chunk, recomputed in the backward pass).
@@ -69,7 +69,8 @@ def patch_pairs(pos: torch.Tensor, weight: torch.Tensor, patch: torch.Tensor, nu
                 batch: torch.Tensor | None = None, *, pos_query: torch.Tensor | None = None,
                 weight_query: torch.Tensor | None = None, patch_query: torch.Tensor | None = None,
                 num_patches_query: int | None = None,
-                batch_query: torch.Tensor | None = None) -> PatchPairs:
+                batch_query: torch.Tensor | None = None, layout=None,
+                layout_query=None) -> PatchPairs:
     """The :class:`PatchPairs` of a mesh with itself, or of a query mesh with a source mesh.
 
     Args:
@@ -79,15 +80,21 @@ def patch_pairs(pos: torch.Tensor, weight: torch.Tensor, patch: torch.Tensor, nu
         pos_query, weight_query, patch_query, num_patches_query, batch_query: the query mesh
             (default: the source mesh). Centroids are weighted (:func:`patch_centroids`) on
             each mesh.
+        layout, layout_query: the batch layouts (:class:`~geoattn.mesh.Layout`) of the source and
+            query meshes (default ``None``: read from the batch vectors; given, the graphs are
+            sliced without reading the device).
 
     Returns:
         the stencils of every query node and source patch.
     """
     if pos_query is None:
         pos_query, weight_query, patch_query, batch_query = pos, weight, patch, batch
-        num_patches_query = num_patches
+        num_patches_query, layout_query = num_patches, layout
     num_patches_query = num_patches_query or num_patches
-    b = num_graphs(batch, batch_query)
+    if layout is not None and layout_query is not None:
+        b = max(layout.num_graphs, layout_query.num_graphs)
+    else:
+        b = num_graphs(batch, batch_query)
     seg = patch if batch is None else batch * num_patches + patch
     seg_query = patch_query if batch_query is None else batch_query * num_patches_query + patch_query
     centre = patch_centroids(pos, weight, seg, b * num_patches).view(b, num_patches, -1)
@@ -95,7 +102,9 @@ def patch_pairs(pos: torch.Tensor, weight: torch.Tensor, patch: torch.Tensor, nu
     k = pos.shape[1] + 1
     index = torch.zeros(len(pos_query), num_patches, k, dtype=torch.long, device=pos.device)
     coeff = torch.zeros(len(pos_query), num_patches, k, dtype=pos.dtype, device=pos.device)
-    sources, queries = graph_slices(len(pos), batch, b), graph_slices(len(pos_query), batch_query, b)
+    sources = graph_slices(len(pos), batch, b, counts=None if layout is None else layout.counts)
+    queries = graph_slices(len(pos_query), batch_query, b,
+                           counts=None if layout_query is None else layout_query.counts)
     last = None  # (source, query, points) of the previous graph: batches often repeat one mesh
     for g, (src, qry) in enumerate(zip(sources, queries)):
         if qry.stop == qry.start:
@@ -115,6 +124,22 @@ def patch_pairs(pos: torch.Tensor, weight: torch.Tensor, patch: torch.Tensor, nu
     return PatchPairs(index, coeff, seg_query, b * num_patches_query)
 
 
+def concat_pairs(parts: list[PatchPairs], source_counts) -> PatchPairs:
+    """The :class:`PatchPairs` of a batch from those of its graphs, each made alone (graph ``g``'s
+    query nodes against its source nodes): source indices shifted by the nodes of the graphs
+    before (``source_counts``, nodes per source graph), query patches numbered ``g * P_query + p``.
+    Equals :func:`patch_pairs` of the batch, without reading the device."""
+    if len(parts) == 1:
+        return parts[0]
+    index, segment, offset, seg_offset = [], [], 0, 0
+    for part, count in zip(parts, source_counts):
+        index.append(part.index + offset)
+        segment.append(part.segment + seg_offset)
+        offset += count
+        seg_offset += part.num_segments
+    return PatchPairs(torch.cat(index), torch.cat([p.coeff for p in parts]), torch.cat(segment), seg_offset)
+
+
 def _same(last: tuple, now: tuple) -> bool:
     """Whether a graph's source nodes and translated points equal those of the previous graph."""
     return all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(last[:2], now))
@@ -131,6 +156,8 @@ def _translated(y: torch.Tensor, index: torch.Tensor, coeff: torch.Tensor) -> to
     sparse (CSR, ``k`` entries per row) times dense product, whose backward is the transposed
     product (2-3x faster than gathering ``y[index]`` on CPU)."""
     n, p, k = index.shape
+    if torch.compiler.is_compiling():  # a traced graph: a gather, which torch.compile fuses
+        return (y[index] * coeff.to(y.dtype).unsqueeze(-1)).sum(2)  # quadrature-ok: over a stencil
     rows = torch.arange(0, n * p * k + 1, k, device=index.device)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*[Ss]parse.*")

@@ -3,8 +3,9 @@ import torch
 from torch_geometric.data import Batch
 
 from geoattn.data import darcy_samples
-from geoattn.mesh import families, from_meshio
+from geoattn.mesh import Mesh, families, from_meshio
 from geoattn.mesh.partition import partition
+from geoattn.nn.patch_pairs import patch_pairs
 from geoattn.models import FANO, ViTNO, build_model
 from geoattn.testing import assert_permutation_equivariant, convergence_rate, refinement_samples
 from geoattn.train import NormalizedOperator, Trainer, load_operator
@@ -48,14 +49,15 @@ def test_untrained_output_converges_with_partition_transferred_from_coarse_mesh(
     coarse = from_meshio(mesh, dtype=torch.float64)
     part = partition(coarse.pos, coarse.weight, 4, method="rcb")
     model = _model(cls)
-    outs = [model(u, pos, w, partition=part) for u, pos, w, _ in samples]
+    model.set_partition(part)
+    outs = [model(u, pos, w) for u, pos, w, _ in samples]
     errors = _relative_errors(outs, coarse.num_nodes)
     hs = [s[3] for s in samples[:-1]]
     assert convergence_rate(hs[1:], errors[1:]) > 1.2, errors
     assert errors[-1] < 0.06, errors
     # plain node averages (uniform weights) converge to another operator on a graded mesh
     u, pos, w, _ = samples[-1]
-    plain = model(u, pos, torch.full_like(w, 1.0 / len(w)), partition=part)[:coarse.num_nodes]
+    plain = model(u, pos, torch.full_like(w, 1.0 / len(w)))[:coarse.num_nodes]
     ref = outs[-1][:coarse.num_nodes]
     assert (plain - ref).norm() / ref.norm() > 3 * errors[-1]
 
@@ -89,8 +91,9 @@ def test_cross_decoder_answers_on_query_mesh_and_converges_in_the_source(cls, gr
     part = partition(coarse.pos, coarse.weight, 4, method="rcb")
     query = from_meshio(families.unit_square(5, "irregular", seed=2), dtype=torch.float64)
     model = _model(cls, decoder="cross")
-    outs = [model(u, pos, w, partition=part, pos_query=query.pos, weight_query=query.weight)
-            for u, pos, w, _ in samples]
+    model.set_partition(part)
+    query_mesh = Mesh(query.pos, query.weight)
+    outs = [model(u, Mesh(pos, w), query=query_mesh) for u, pos, w, _ in samples]
     assert outs[0].shape == (query.num_nodes, 1)
     errors = _relative_errors(outs, query.num_nodes)
     hs = [s[3] for s in samples[:-1]]
@@ -98,11 +101,11 @@ def test_cross_decoder_answers_on_query_mesh_and_converges_in_the_source(cls, gr
     assert errors[-1] < 1e-2, errors
     # on its own nodes as queries it is the same operator as without a query mesh
     u, pos, w, _ = samples[1]
-    assert torch.allclose(model(u, pos, w), model(u, pos, w, pos_query=pos, weight_query=w))
-    with pytest.raises(ValueError, match="weight_query"):
-        model(u, pos, w, pos_query=query.pos)
+    mesh = Mesh(pos, w)
+    assert torch.allclose(model(u, mesh), model(u, mesh, query=Mesh(pos, w)))
+    assert torch.equal(model(u, mesh), model(u, mesh, query=mesh))
     with pytest.raises(ValueError, match="decoder='cross'"):
-        _model(cls)(u, pos, w, pos_query=query.pos, weight_query=query.weight)
+        _model(cls)(u, mesh, query=query_mesh)
 
 
 @pytest.mark.slow
@@ -122,10 +125,12 @@ def test_batched_equals_separate_and_hparams_rebuild(cls, graded):
     assert torch.allclose(out, sep, atol=1e-10)
     # with one partition for the batch as well
     part = partition(data[0].pos, data[0].weight, 5, cells=data[0].cells, method="metis")
+    model.set_partition(part)
     with torch.no_grad():
-        out = model(b.x, b.pos, b.weight, b.batch, partition=part)
-        sep = torch.cat([model(d.x, d.pos, d.weight, partition=part) for d in data])
+        out = model(b.x, b.pos, b.weight, b.batch)
+        sep = torch.cat([model(d.x, d.pos, d.weight) for d in data])
     assert torch.allclose(out, sep, atol=1e-10)
+    model.set_partition(None)
     # a cross decoder on a batch of query meshes
     cross = _model(cls, decoder="cross")
     q = [from_meshio(families.unit_square(4, "irregular", seed=s), dtype=torch.float64) for s in (3, 4)]
@@ -255,7 +260,10 @@ def test_partition_is_model_state_saved_with_the_weights(method, tmp_path):
     assert torch.equal(model.partition.transfer(other.pos), fitted.transfer(other.pos))
     with torch.no_grad():
         out = model(_f(other.pos), other.pos, other.weight)
-        assert torch.allclose(out, model(_f(other.pos), other.pos, other.weight, partition=fitted))
+        same = _model(FANO, partition_method=method)
+        same.load_state_dict(model.state_dict())
+        same.set_partition(fitted)
+        assert torch.allclose(out, same(_f(other.pos), other.pos, other.weight))
         model.float().double()  # dtype casts of the module leave the partition bit-exact
         again = build_model("fano", **model.hparams).double()
         assert again.partition is None
@@ -269,14 +277,23 @@ def test_partition_is_model_state_saved_with_the_weights(method, tmp_path):
         assert not torch.allclose(loaded(_f(other.pos), other.pos, other.weight), out)
 
 
-def test_patch_stencils_are_built_once_per_mesh():
+def test_patch_stencils_are_built_once_per_mesh(monkeypatch):
+    """The stencils live in the memo of the Mesh: built on the first call on a mesh, reused after,
+    built again for another mesh or another partition."""
+    from geoattn.models import patched
+    built = []
+    monkeypatch.setattr(patched, "patch_pairs", lambda *a, **k: built.append(1) or patch_pairs(*a, **k))
     d = from_meshio(families.unit_square(6, "irregular", seed=1), dtype=torch.float64)
+    mesh = Mesh(d.pos, d.weight, d.cells)
     model = _model(ViTNO)
-    model.fit_mesh(d.pos, d.weight)
+    model.fit_mesh(mesh)
     with torch.no_grad():
-        first = model(_f(d.pos), d.pos, d.weight)
-        assert len(model._pairs_cache) == 1
-        assert torch.equal(model(_f(d.pos), d.pos, d.weight), first)
-        assert len(model._pairs_cache) == 1
-        model(_f(d.pos), d.pos * 0.5, d.weight)  # another mesh
-        assert len(model._pairs_cache) == 2
+        first = model(_f(d.pos), mesh)
+        assert len(built) == 1
+        assert torch.equal(model(_f(d.pos), mesh), first)
+        assert len(built) == 1
+        model(_f(d.pos), Mesh(d.pos * 0.5, d.weight))  # another mesh
+        assert len(built) == 2
+        model.set_partition(partition(d.pos, d.weight, 4, method="metis", cells=d.cells))
+        model(_f(d.pos), mesh)  # another partition
+        assert len(built) == 3
