@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError, UnsupportedCellError
-from ..mesh.cache import StructureCache
-from ..mesh.registry import MeshRegistered, mesh_parts
+from ..mesh.mesh import Mesh
 from ..nn.local_integral import LocalIntegral
 from ..nn.p1_fourier import p1_fourier_basis
-from ..nn.spectral import SpectralBasis, SpectralIntegral, checked_period
+from ..nn.spectral import SpectralIntegral, checked_period
 from .base import NeuralOperator
 
 #: How the forward transforms integrate: ``"nodal"`` (the nodes' quadrature weights) or ``"p1"``
@@ -23,7 +21,7 @@ QUADRATURES = ("nodal", "p1")
 from .encoder import CoordinateFeatures, PointwiseMLP
 
 
-class MeshFNO(NeuralOperator, MeshRegistered, name="mesh_fno"):
+class MeshFNO(NeuralOperator, name="mesh_fno"):
     r"""The Fourier neural operator (Li et al., `ICLR 2021 <https://arxiv.org/abs/2010.08895>`_)
     without a grid: every global convolution is the quadrature-weighted spectral integral of the
     nodes (:class:`~geoattn.nn.SpectralIntegral`), so no interpolation to and from a grid is needed
@@ -53,12 +51,11 @@ class MeshFNO(NeuralOperator, MeshRegistered, name="mesh_fno"):
     (:func:`~geoattn.nn.p1_fourier.p1_fourier_basis`) instead of the nodal quadrature: the
     exponentials are no longer sampled at the nodes, so a coarse cell aliases no mode, and the
     coefficients on every mesh are those of one continuum function. The weights are computed once
-    per mesh (float64, cached, :attr:`cache_size` meshes); the transforms cost the same. The model
-    then needs the triangles of every mesh it sees, which the operator contract does not carry:
-    it is a :class:`~geoattn.mesh.registry.MeshRegistered` module, given the meshes by
-    :func:`~geoattn.mesh.registry.register_meshes` (which :class:`~geoattn.train.Trainer`,
-    :func:`~geoattn.eval.cross_mesh_report` and :func:`~geoattn.eval.predict_meshio` call), and
-    a sample on a mesh it was not given raises :class:`~geoattn.errors.MeshMismatchError`.
+    per mesh (in float64, kept in the :class:`~geoattn.mesh.Mesh`'s memo, for a batch in each
+    member's); the transforms cost the same. The model then needs the triangles of every mesh it
+    sees: pass a :class:`~geoattn.mesh.Mesh` with cells (:meth:`~geoattn.mesh.Mesh.from_meshio`,
+    :meth:`~geoattn.mesh.Mesh.from_sample` of a sample with cells); a mesh without cells is a
+    ``ValueError``, cells other than triangles an :class:`~geoattn.errors.UnsupportedCellError`.
 
     With ``local={"radius": r}`` every block adds a local integral operator
     :math:`\mathcal K^{\text{loc}}_\ell h` (:class:`~geoattn.nn.LocalIntegral`: learned
@@ -66,7 +63,8 @@ class MeshFNO(NeuralOperator, MeshRegistered, name="mesh_fno"):
     sectors) to :math:`W_\ell h + \mathcal K_\ell h`, the localized kernels that Liu-Schiaffini
     et al. (ICML 2024) put beside FNO's global convolution: the spectral integral keeps the
     :math:`K` modes that every mesh resolves, and the local one sees the scales between them and
-    the ball. Give the ball several edges of the coarsest mesh the model will compute on.
+    the ball. Give the ball several edges of the coarsest mesh the model will compute on. Its
+    sparse matrices are built once per mesh and kept in the mesh's memo.
 
     Args:
         in_channels: input function channels ``C_in``.
@@ -93,7 +91,9 @@ class MeshFNO(NeuralOperator, MeshRegistered, name="mesh_fno"):
             (:func:`geoattn.mesh.periodic_weights`).
 
     Shapes:
-        - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional).
+        - input: ``x [N, C_in]`` on ``mesh``, a :class:`~geoattn.mesh.Mesh` of ``N`` nodes in
+          ``d`` dimensions (one mesh or a batch, :meth:`~geoattn.mesh.Mesh.batch`; with cells
+          for ``quadrature="p1"``): ``model(x, mesh)``.
         - output: ``[N, C_out]``.
     """
 
@@ -113,8 +113,6 @@ class MeshFNO(NeuralOperator, MeshRegistered, name="mesh_fno"):
         if quadrature == "p1" and dim != 2:
             raise ConfigError(f"quadrature='p1' integrates over triangles: dim must be 2, got {dim}")
         self.quadrature = quadrature
-        self._cells: dict[tuple, torch.Tensor] = {}  # triangles of each registered mesh, by mesh_key
-        self._p1 = StructureCache(self.cache_size)  # the P1 weights of each mesh, on its device
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
         self.period = checked_period(period, dim)
         # on a torus the coordinates enter as (cos, sin)(2 pi x / L): x itself jumps across the seam
@@ -127,22 +125,23 @@ class MeshFNO(NeuralOperator, MeshRegistered, name="mesh_fno"):
             unknown = set(local) - {"radius", "rings", "angles"}
             if unknown or "radius" not in local:
                 raise ConfigError(f"local needs 'radius' and takes 'rings' and 'angles', got {sorted(local)}")
-            self.local = nn.ModuleList(LocalIntegral(width, width, dim, cache_size=self.cache_size, **local)
+            self.local = nn.ModuleList(LocalIntegral(width, width, dim, **local)
                                        for _ in range(depth))
         else:
             self.local = None
         self.project = PointwiseMLP(width, 2 * width, out_channels)
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                batch: torch.Tensor | None = None) -> torch.Tensor:
-        self.check_call(x, pos, weight, batch)
+    def forward(self, x: torch.Tensor, mesh: Mesh) -> torch.Tensor:
+        self.check_call(x, mesh)
+        pos, weight, batch, layout = mesh.pos, mesh.weight, mesh.batch_vector, mesh.layout
         h = self.lift(self.inputs(x, pos if self.period is None else self._torus_coordinates(pos)))
-        basis = self.spectral[0].basis(pos, weight, batch)  # the nodes' Fourier basis, for every block
+        # the nodes' Fourier basis, for every block
+        basis = self.spectral[0].basis(pos, weight, batch, layout=layout)
         if self.quadrature == "p1":
-            basis = basis._replace(weighted=self._p1_weights(pos, batch, basis))
+            basis = basis._replace(weighted=self._p1_weights(mesh))
         for k, (spectral, linear) in enumerate(zip(self.spectral, self.linears)):
-            update = linear(h) + spectral(h, pos, weight, batch, basis=basis)
-            h = update if self.local is None else update + self.local[k](h, pos, weight, batch)
+            update = linear(h) + spectral(h, pos, weight, batch, basis=basis, layout=layout)
+            h = update if self.local is None else update + self.local[k](h, pos, weight, batch, mesh=mesh)
             if k < len(self.linears) - 1:
                 h = F.gelu(h)
         return self.project(h)
@@ -153,36 +152,33 @@ class MeshFNO(NeuralOperator, MeshRegistered, name="mesh_fno"):
         angle = 2 * torch.pi * pos / torch.tensor(self.period, dtype=pos.dtype, device=pos.device)  # (N, d)
         return torch.cat([angle.cos(), angle.sin()], dim=-1)  # (N, 2d)
 
-    def register(self, meshes) -> None:
-        """Keep the triangles of each mesh (:class:`~geoattn.mesh.registry.MeshRegistered`);
-        nothing with ``quadrature="nodal"``."""
-        if self.quadrature == "p1":
-            super().register(meshes)
+    def _p1_weights(self, mesh: Mesh) -> torch.Tensor:
+        """The P1 weights of every graph's mesh in its frame, ``[N, M]`` (see ``quadrature``),
+        each built once per member mesh and kept in its memo."""
+        layer = self.spectral[0]
+        key = ("mesh_fno.p1_fourier", layer.mode_box, layer.padding, layer.period)
+        if mesh.num_graphs == 1:
+            return mesh.cached(key, lambda: self._build_p1_weights(mesh))
+        return mesh.cached(key + ("batch",), lambda: self._assemble_p1_weights(mesh, key))
 
-    def register_mesh(self, key: tuple, mesh) -> None:
-        _, cells = mesh_parts(mesh)
-        if cells is None or cells.shape[1] != 3:
-            found = "no cells" if cells is None else f"cells of {cells.shape[1]} nodes"
-            raise UnsupportedCellError(f"MeshFNO(quadrature='p1') needs triangle meshes, got {found}")
-        self._cells[key] = cells
+    @torch.compiler.disable
+    def _assemble_p1_weights(self, mesh: Mesh, key: tuple) -> torch.Tensor:
+        return torch.cat(mesh.per_graph(key, self._build_p1_weights))
 
-    def fit_mesh(self, pos: torch.Tensor, weight: torch.Tensor, cells: torch.Tensor | None = None) -> None:
-        if self.quadrature == "p1" and cells is not None:
-            self.register([SimpleNamespace(pos=pos, cells=cells)])
-
-    def _p1_weights(self, pos: torch.Tensor, batch: torch.Tensor | None, basis: SpectralBasis) -> torch.Tensor:
-        """The P1 weights of every graph's mesh in its frame, ``[N, M]`` (see ``quadrature``)."""
-        counts = [len(pos)] if batch is None else torch.bincount(batch, minlength=basis.frame.num_segments).tolist()
-        lo, hi = basis.box
-        parts = []
-        for g, gpos in enumerate(pos.split(counts)):
-            key = self.registered_key(gpos)  # MeshMismatchError for a mesh never registered
-
-            def build(g=g, gpos=gpos, key=key):
-                side = (hi[g] - lo[g]).double()
-                xi = (gpos.double() - lo[g].double()) / side
-                cells = self._cells[key].to(pos.device)
-                return p1_fourier_basis(gpos.double(), cells, xi, basis.modes).to(pos.dtype)
-
-            parts.append(self._p1.get((lo[g], hi[g]), build, settings=key))  # the mesh in its box
-        return torch.cat(parts)
+    @torch.compiler.disable
+    def _build_p1_weights(self, member: Mesh) -> torch.Tensor:
+        cells = member.cells
+        if cells is None:
+            raise ValueError("MeshFNO(quadrature='p1') integrates over the mesh's triangles, and this "
+                             "mesh has no cells: pass a Mesh with cells, e.g. Mesh.from_meshio(m) or "
+                             "Mesh.from_sample(data) of a sample with cells")
+        if cells.shape[1] != 3:
+            raise UnsupportedCellError(f"MeshFNO(quadrature='p1') needs triangle meshes, got cells of "
+                                       f"{cells.shape[1]} nodes")
+        layer = self.spectral[0]
+        lo, hi = layer.basis(member.pos, member.weight).box  # the member's box, as in the batch
+        side = (hi[0] - lo[0]).double()
+        xi = (member.pos.double() - lo[0].double()) / side
+        with torch.no_grad():
+            weights = p1_fourier_basis(member.pos.double(), cells.to(member.device), xi, layer.mode_index)
+        return weights.to(member.dtype)

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..mesh.cache import StructureCache
+from ..mesh.mesh import Mesh
 from ..mesh.neighbors import radius_graph
 from ..nn.graph_kernel import GraphKernelIntegral
 from .base import NeuralOperator
@@ -24,7 +24,8 @@ class GNO(NeuralOperator, name="gno"):
 
     with the integral discretised as :math:`\\sum_{j \\in B_r(x_i)} w_j \\kappa(x_i, x_j, u_i, u_j) h_j`
     on the radius graph of the input nodes (:class:`~geoattn.nn.GraphKernelIntegral`); no activation
-    after the last layer.
+    after the last layer. The radius graph is built once per mesh and kept in the
+    :class:`~geoattn.mesh.Mesh`'s memo (for a batch, each member's graph in the member's memo).
 
     Args:
         in_channels: input channels ``C_in`` (also the kernel's node features).
@@ -38,7 +39,9 @@ class GNO(NeuralOperator, name="gno"):
             :class:`~geoattn.models.encoder.CoordinateFeatures` (default ``None``: none).
 
     Shapes:
-        - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional).
+        - input: ``x [N, C_in]`` on ``mesh``, a :class:`~geoattn.mesh.Mesh` of ``N`` nodes in
+          ``d`` dimensions (one mesh or a batch, :meth:`~geoattn.mesh.Mesh.batch`):
+          ``model(x, mesh)``.
         - output: ``[N, C_out]``.
     """
 
@@ -48,7 +51,6 @@ class GNO(NeuralOperator, name="gno"):
         super().__init__()
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
         self.radius = radius
-        self._graphs = StructureCache(self.cache_size)  # radius graph of each mesh, built once
         self.inputs = CoordinateFeatures.of(in_channels, dim, coordinate_features)
         self.lift = PointwiseMLP(self.inputs.out_features, width, width)
         self.kernels = nn.ModuleList(
@@ -57,13 +59,31 @@ class GNO(NeuralOperator, name="gno"):
         self.linears = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
         self.project = PointwiseMLP(width, 2 * width, out_channels)
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                batch: torch.Tensor | None = None) -> torch.Tensor:
-        self.check_call(x, pos, weight, batch)
-        edge_index = self._graphs.get((pos, batch), lambda: radius_graph(pos, self.radius, batch), self.radius)
+    def forward(self, x: torch.Tensor, mesh: Mesh) -> torch.Tensor:
+        self.check_call(x, mesh)
+        pos, weight, batch = mesh.pos, mesh.weight, mesh.batch_vector
+        edge_index = self.radius_graph(mesh)
         h = self.lift(self.inputs(x, pos))
         for k, (kernel, linear) in enumerate(zip(self.kernels, self.linears)):
             h = linear(h) + kernel(h, pos, weight, batch, edge_index=edge_index, f=x)
             if k < len(self.kernels) - 1:
                 h = F.gelu(h)
         return self.project(h)
+
+    def radius_graph(self, mesh: Mesh) -> torch.Tensor:
+        """The radius graph ``edge_index [2, E]`` of ``mesh``'s nodes (no edge joins two graphs),
+        from the memo of each member mesh, built there on first use."""
+        key = ("radius_graph", float(self.radius))
+        if mesh.num_graphs == 1:
+            return mesh.cached(key, lambda: _radius_graph(mesh, key))
+        return mesh.cached(key + ("batch",), lambda: _radius_graph(mesh, key))
+
+
+@torch.compiler.disable
+def _radius_graph(mesh: Mesh, key: tuple) -> torch.Tensor:
+    """The radius graph ``key = ("radius_graph", r)`` of ``mesh``, built eagerly (a KD-tree query)
+    also under torch.compile: of one mesh, or of a batch from its members' memos."""
+    if mesh.num_graphs == 1:
+        return radius_graph(mesh.pos.detach(), key[1])
+    parts = mesh.per_graph(key, lambda m: radius_graph(m.pos.detach(), key[1]))
+    return torch.cat([e + o for e, o in zip(parts, mesh.layout.offsets)], dim=1)

@@ -28,7 +28,8 @@ from torch import nn
 from torch_geometric.utils import scatter
 
 from ..errors import ConfigError
-from ..nn.functional import num_graphs
+from ..mesh.mesh import Mesh
+from ..nn.functional import num_graphs as count_graphs
 from .base import NeuralOperator
 from .encoder import CoordinateFeatures, PointwiseMLP
 
@@ -52,7 +53,7 @@ class GridStencil(NamedTuple):
 
 
 def grid_stencil(pos: torch.Tensor, batch: torch.Tensor | None, box: torch.Tensor,
-                 shape: Sequence[int]) -> GridStencil:
+                 shape: Sequence[int], num_graphs: int | None = None) -> GridStencil:
     r"""The cell-centred multilinear basis of a grid over ``box`` at the nodes.
 
     The grid has ``shape[k]`` cells of side :math:`H_k = (b_k - a_k) / n_k` along axis ``k`` and
@@ -66,6 +67,8 @@ def grid_stencil(pos: torch.Tensor, batch: torch.Tensor | None, box: torch.Tenso
         batch: graph index of each node ``[N]`` (``None``: one graph); each graph has its grid.
         box: ``[2, d]``, the corners :math:`a, b`.
         shape: cells per axis, each ``>= 2``.
+        num_graphs: number of graphs ``B`` (default: from ``batch``, a read from the device;
+            a :class:`~geoattn.mesh.Layout` knows it).
 
     Returns:
         :class:`GridStencil`; ``O(N 2^d)`` index arithmetic, no per-mesh structure.
@@ -87,7 +90,8 @@ def grid_stencil(pos: torch.Tensor, batch: torch.Tensor | None, box: torch.Tenso
             phi = phi * (frac[:, k] if bit else 1 - frac[:, k])
         index.append(flat)
         value.append(phi)
-    return GridStencil(torch.stack(index, 1), torch.stack(value, 1), num_graphs(batch), tuple(shape))
+    b = count_graphs(batch) if num_graphs is None else num_graphs
+    return GridStencil(torch.stack(index, 1), torch.stack(value, 1), b, tuple(shape))
 
 
 def restrict_to_grid(h: torch.Tensor, weight: torch.Tensor, stencil: GridStencil,
@@ -217,8 +221,10 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
     therefore converges to the operator above. (The plain indicator average
     :math:`\sum_{i \in c} w_i h_i / \sum_{i \in c} w_i` bins whole node weights into cells: its
     error is first order and erratic in :math:`h`, and a cell holding no node is undefined.)
-    The grids are fixed by ``box`` and ``grid``, not by any mesh: nothing is computed or cached
-    per mesh, and nodes are never recognised by their coordinates. The transfers cost
+    The grids are fixed by ``box`` and ``grid``, not by any mesh; the stencil of the first grid
+    at the nodes (index arithmetic) is kept in the :class:`~geoattn.mesh.Mesh`'s memo (for a
+    batch, each member's in the member's), and nodes are never recognised by their
+    coordinates. The transfers cost
     :math:`O(N 2^d C)` (one scatter, one gather), the cycles :math:`O(G\, 3^d C^2)` for the
     :math:`G` cells of the first grid, so the cost is linear in :math:`N`. Choose ``grid`` so
     that the coarsest mesh the model will see has a few nodes per cell of the first grid
@@ -242,8 +248,9 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
             :class:`~geoattn.models.encoder.CoordinateFeatures` (default ``None``: none).
 
     Shapes:
-        - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional; each
-          graph has its own grid stack).
+        - input: ``x [N, C_in]`` on ``mesh``, a :class:`~geoattn.mesh.Mesh` of ``N`` nodes in
+          ``d`` dimensions (one mesh or a batch, :meth:`~geoattn.mesh.Mesh.batch`; each graph has
+          its own grid stack): ``model(x, mesh)``.
         - output: ``[N, C_out]``.
     """
 
@@ -273,15 +280,38 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
         self.linears = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
         self.project = PointwiseMLP(width, 2 * width, out_channels)
 
-    def stencil(self, pos: torch.Tensor, batch: torch.Tensor | None = None) -> GridStencil:
-        """The first grid's basis at the nodes (:func:`grid_stencil` on the model's box)."""
-        return grid_stencil(pos, batch, torch.tensor(self.box, dtype=pos.dtype, device=pos.device), self.shape)
+    def stencil(self, pos: torch.Tensor | Mesh, batch: torch.Tensor | None = None) -> GridStencil:
+        """The first grid's basis at the nodes (:func:`grid_stencil` on the model's box): of a
+        :class:`~geoattn.mesh.Mesh` from its memo (for a batch, each member's from the member's
+        memo, built there on first use; built now while the coordinates carry gradients), or of
+        bare coordinates ``pos`` and ``batch``, built now."""
+        if not isinstance(pos, Mesh):
+            return self._grid_stencil(pos, batch)
+        mesh = pos
+        if mesh.pos.requires_grad and torch.is_grad_enabled():  # the stencil's values depend on pos
+            return self._grid_stencil(mesh.pos, mesh.batch_vector, mesh.num_graphs)
+        key = ("multigrid.stencil", tuple(map(tuple, self.box)), self.shape)
+        if mesh.num_graphs == 1:
+            return mesh.cached(key, lambda: self._grid_stencil(mesh.pos, None, 1))
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                batch: torch.Tensor | None = None) -> torch.Tensor:
-        self.check_call(x, pos, weight, batch)
+        def assemble():
+            parts = mesh.per_graph(key, lambda m: self._grid_stencil(m.pos, None, 1))
+            cells = math.prod(self.shape)
+            return GridStencil(torch.cat([p.index + g * cells for g, p in enumerate(parts)]),
+                               torch.cat([p.value for p in parts]), len(parts), self.shape)
+
+        return mesh.cached(key + ("batch",), assemble)
+
+    def _grid_stencil(self, pos: torch.Tensor, batch: torch.Tensor | None,
+                      num_graphs: int | None = None) -> GridStencil:
+        box = torch.tensor(self.box, dtype=pos.dtype, device=pos.device)
+        return grid_stencil(pos, batch, box, self.shape, num_graphs)
+
+    def forward(self, x: torch.Tensor, mesh: Mesh) -> torch.Tensor:
+        self.check_call(x, mesh)
+        pos, weight = mesh.pos, mesh.weight
         h = self.lift(self.inputs(x, pos))  # (N, C)
-        stencil = self.stencil(pos, batch)
+        stencil = self.stencil(mesh)
         for k, (enter, cycle, linear) in enumerate(zip(self.enter, self.cycles, self.linears)):
             mean, coverage = restrict_to_grid(h, weight, stencil, self.cell_volume)  # (B, C | 1, *shape)
             g = cycle(enter(torch.cat([mean, coverage], 1)))  # (B, C, *shape)

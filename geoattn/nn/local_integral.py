@@ -33,7 +33,8 @@ its quadrature error several times smaller on coarse meshes (``tests/nn/test_loc
 near the boundary of :math:`D` the ball is cut and the means are over the part inside. The
 differences between the sectors' means are the layer's view of the function's local variation.
 The cost is :math:`O(E \cdot C)` for the ``E`` pairs of nodes closer than ``r``, one sparse
-product per call; the sparse matrices of every mesh are built once and cached.
+product per call; given the :class:`~geoattn.mesh.Mesh` (``mesh=``), the sparse matrices are
+built once per mesh and kept in its memo (for a batch, in each member's).
 """
 
 from __future__ import annotations
@@ -45,9 +46,8 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
-from ..mesh.cache import StructureCache
+from ..mesh.mesh import Mesh, as_mesh
 from ..mesh.neighbors import radius_graph
-from .functional import graph_slices
 
 __all__ = ["LocalIntegral", "local_basis"]
 
@@ -129,16 +129,18 @@ class LocalIntegral(nn.Module):
             every mesh; give it several edges of the coarsest mesh the layer will see).
         rings: radial functions (default ``2``).
         angles: angular hat functions of the outer rings (default ``4`` in 2-D, ``1`` otherwise).
-        cache_size: meshes whose sparse matrices are kept (default ``8``).
 
     Shapes:
         - input: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional; no
-          two graphs interact).
+          two graphs interact), and ``mesh``, the :class:`~geoattn.mesh.Mesh` of ``pos``,
+          ``weight`` and ``batch`` (optional keyword, as a model passes it: the sparse matrices
+          are then kept in its memo, built once per mesh; without it they are built on every
+          call).
         - output: ``[N, C_out]``.
     """
 
     def __init__(self, in_channels: int, out_channels: int, dim: int, radius: float, rings: int = 2,
-                 angles: int | None = None, cache_size: int = 8):
+                 angles: int | None = None):
         super().__init__()
         angles = (4 if dim == 2 else 1) if angles is None else angles
         if not radius > 0 or rings < 1 or angles < 1:
@@ -150,7 +152,11 @@ class LocalIntegral(nn.Module):
         self.radius, self.rings, self.angles = float(radius), rings, angles
         self.num_basis = 1 + (rings - 1) * angles
         self.mix = nn.Linear(self.num_basis * in_channels, out_channels, bias=False)
-        self._matrices = StructureCache(cache_size)
+
+    @property
+    def structure_key(self) -> tuple:
+        """The key of the layer's matrices in a mesh's memo (every setting they depend on)."""
+        return ("local_integral", self.radius, self.rings, self.angles)
 
     def matrix(self, pos: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         r"""The sparse ``[N B, N]`` matrix of one mesh, row ``i B + b`` holding
@@ -169,28 +175,36 @@ class LocalIntegral(nn.Module):
         return _csr(rows, cols, values, (n * self.num_basis, n)), _csr(cols, rows, values, (n, n * self.num_basis))
 
     def batch_matrix(self, pos: torch.Tensor, weight: torch.Tensor,
-                     batch: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                     batch: torch.Tensor | None = None, *, mesh: Mesh | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The block-diagonal :meth:`matrix` of a batch and its transpose, from every graph's
-        cached matrices."""
-        starts, matrices, transposes = [], [], []
-        for s in graph_slices(len(pos), batch):
-            gpos, gweight = pos[s], weight[s]
-            m, t = self._matrices.get((gpos, gweight), lambda gpos=gpos, gweight=gweight: self.matrix(gpos, gweight),
-                                      settings=(self.radius, self.rings, self.angles))
-            starts.append(s.start)
-            matrices.append(m)
-            transposes.append(t)
-        if len(matrices) == 1:
-            return matrices[0], transposes[0]
-        return (_block_diagonal(matrices, starts, len(pos)),
-                _block_diagonal(transposes, [k * self.num_basis for k in starts], len(pos) * self.num_basis))
+        matrices: kept in the memo of ``mesh`` (its members' for the blocks, its own for the
+        assembled matrix), or built now for bare tensors."""
+        if mesh is None:
+            mesh = as_mesh(pos, weight, batch)  # a new mesh: nothing kept
+        key = self.structure_key
+        return mesh.cached(key if mesh.num_graphs == 1 else key + ("batch",), lambda: self._build(mesh))
+
+    @torch.compiler.disable
+    def _build(self, mesh: Mesh) -> tuple[torch.Tensor, torch.Tensor]:
+        """The matrices of ``mesh``, built eagerly (a KD-tree query and a sparse assembly) also
+        under torch.compile: of one mesh, or of a batch from its members' memos."""
+        if mesh.num_graphs == 1:
+            return self.matrix(mesh.pos, mesh.weight)
+        parts = mesh.per_graph(self.structure_key, lambda m: self.matrix(m.pos, m.weight))
+        starts = list(mesh.layout.offsets)
+        return (_block_diagonal([m for m, _ in parts], starts, mesh.num_nodes),
+                _block_diagonal([t for _, t in parts], [k * self.num_basis for k in starts],
+                                mesh.num_nodes * self.num_basis))
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                batch: torch.Tensor | None = None) -> torch.Tensor:
+                batch: torch.Tensor | None = None, *, mesh: Mesh | None = None) -> torch.Tensor:
         if weight.shape != (x.shape[0],) or pos.shape != (x.shape[0], self.dim):
             raise ValueError(f"need pos [N, {self.dim}] and weight [N] for x of {x.shape[0]} nodes, "
                              f"got {tuple(pos.shape)} and {tuple(weight.shape)}")
-        means = _SparseProduct.apply(*self.batch_matrix(pos, weight, batch), x)  # (N * B, C_in)
+        if mesh is not None and mesh.num_nodes != x.shape[0]:
+            raise ValueError(f"mesh has {mesh.num_nodes} nodes, x has {x.shape[0]}")
+        means = _SparseProduct.apply(*self.batch_matrix(pos, weight, batch, mesh=mesh), x)  # (N * B, C_in)
         return self.mix(means.reshape(len(x), self.num_basis * self.in_channels))
 
     def extra_repr(self) -> str:

@@ -118,38 +118,50 @@ class FourierFrame(NamedTuple):
     - ``xi``: reference coordinates ``[N, d]`` (the basis is :math:`e^{2\pi i m \cdot \xi}`);
     - ``segment``: segment (graph or patch) of each node ``[N]``;
     - ``num_segments``: number of segments ``S``;
-    - ``volume``: physical volume of each segment's box ``[S]`` (:math:`dx = |B|\,d\xi`).
+    - ``volume``: physical volume of each segment's box ``[S]`` (:math:`dx = |B|\,d\xi`);
+    - ``counts`` (optional): nodes per segment as Python integers, when the nodes are sorted by
+      segment (a graph's nodes are contiguous, as in a :class:`~geoattn.mesh.Mesh`); the
+      transforms then never read the segment sizes back from the device. ``None`` (the
+      default): they are counted from ``segment``.
     """
 
     xi: torch.Tensor
     segment: torch.Tensor
     num_segments: int
     volume: torch.Tensor
+    counts: tuple[int, ...] | None = None
 
 
 def box_frame(pos: torch.Tensor, batch: torch.Tensor | None = None, num_graphs: int | None = None,
-              box: tuple[torch.Tensor, torch.Tensor] | None = None) -> FourierFrame:
+              box: tuple[torch.Tensor, torch.Tensor] | None = None, *, layout=None) -> FourierFrame:
     """Frame of the bounding box of each graph: :math:`\\xi = (x - a)/L \\in [0, 1]^d`.
 
     Args:
         pos: coordinates ``[N, d]``.
         batch: graph index of each node ``[N]`` (default ``None``: one graph).
-        num_graphs: number of graphs ``B`` (default from ``batch``).
+        num_graphs: number of graphs ``B`` (default from ``layout``, else from ``batch``).
         box: corners ``(lo [B, d], hi [B, d])`` to use instead of the bounding box of ``pos``
             (how output points are placed in the box of the source nodes).
+        layout: the :class:`~geoattn.mesh.Layout` of ``batch`` (keyword, optional): the frame
+            then carries its ``counts`` and nothing is read back from the device.
 
     Returns:
         a :class:`FourierFrame` with one segment per graph.
     """
+    counts = None if layout is None else tuple(layout.counts)
     if batch is None:
         batch = torch.zeros(len(pos), dtype=torch.long, device=pos.device)
-    b = num_graphs if num_graphs is not None else count_graphs(batch)
+        counts = (len(pos),)  # one graph: every node in segment 0
+    if num_graphs is not None:
+        b = num_graphs
+    else:
+        b = layout.num_graphs if layout is not None else count_graphs(batch)
     if box is None:
         box = bounding_box(pos, batch, b)
     lo, hi = box
     side = hi - lo  # (B, d)
     xi = (pos - lo[batch]) / side[batch]
-    return FourierFrame(xi, batch, b, side.prod(-1))
+    return FourierFrame(xi, batch, b, side.prod(-1), counts)
 
 
 def bounding_box(pos: torch.Tensor, batch: torch.Tensor, num_graphs: int,
@@ -199,7 +211,8 @@ def checked_period(period: float | Sequence[float] | None, dim: int,
 
 
 def patch_frame(pos: torch.Tensor, weight: torch.Tensor, patch: torch.Tensor, patch_length: float,
-                batch: torch.Tensor | None = None, num_patches: int | None = None) -> FourierFrame:
+                batch: torch.Tensor | None = None, num_patches: int | None = None, *,
+                layout=None) -> FourierFrame:
     """Frame of each patch: :math:`\\xi = (x - c_p)/L` about the weighted patch centroid.
 
     Every patch is seen in the same reference box :math:`[-1/2, 1/2]^d` of physical side ``L``
@@ -212,13 +225,15 @@ def patch_frame(pos: torch.Tensor, weight: torch.Tensor, patch: torch.Tensor, pa
         patch_length: the global patch length :math:`L`.
         batch: graph index of each node ``[N]`` (default ``None``: one graph).
         num_patches: patches per graph :math:`P` (default ``patch.max() + 1``).
+        layout: the :class:`~geoattn.mesh.Layout` of ``batch`` (keyword, optional): the number of
+            graphs is taken from it instead of from the device.
 
     Returns:
         a :class:`FourierFrame` with segment ``batch * P + patch``.
     """
     p = num_patches if num_patches is not None else int(patch.max()) + 1
     segment = patch if batch is None else batch * p + patch
-    num_segments = count_graphs(batch) * p
+    num_segments = (count_graphs(batch) if layout is None else layout.num_graphs) * p
     centroid = patch_centroids(pos, weight, segment, num_segments)  # (S, d)
     xi = (pos - centroid[segment]) / patch_length
     volume = torch.full((num_segments,), float(patch_length) ** pos.shape[1], dtype=pos.dtype,
@@ -232,16 +247,19 @@ def _cos_sin(xi: torch.Tensor, modes: torch.Tensor) -> torch.Tensor:
     return torch.cat([angle.cos(), angle.sin()], dim=-1)  # (N, 2M)
 
 
-def _zero_index(modes: torch.Tensor) -> int | None:
+def _zero_index(modes: torch.Tensor, symmetric: bool | None = None) -> int | None:
     """Index of the mode 0 when ``modes`` is in a symmetric order (``-m`` at the mirrored place of
-    every ``m``, as :func:`fourier_modes` gives), else ``None``."""
+    every ``m``, as :func:`fourier_modes` gives), else ``None``. ``symmetric`` (when known, as
+    for a layer's own :func:`fourier_modes`) skips the comparison, which reads the device."""
     m = len(modes)
+    if symmetric is not None:
+        return m // 2 if symmetric and m % 2 else None
     if m % 2 == 0 or not torch.equal(modes.flip(0), -modes):
         return None
     return m // 2
 
 
-def dense_basis(xi: torch.Tensor, modes: torch.Tensor) -> torch.Tensor:
+def dense_basis(xi: torch.Tensor, modes: torch.Tensor, *, symmetric: bool | None = None) -> torch.Tensor:
     r"""The real Fourier basis of the dense transforms at the reference coordinates ``xi``.
 
     For modes in the symmetric order of :func:`fourier_modes` (``M`` odd, mode 0 in the middle),
@@ -255,8 +273,10 @@ def dense_basis(xi: torch.Tensor, modes: torch.Tensor) -> torch.Tensor:
     Args:
         xi: reference coordinates ``[N, d]`` (:attr:`FourierFrame.xi`).
         modes: integer modes ``[M, d]``.
+        symmetric: whether ``modes`` is in the symmetric order of :func:`fourier_modes`
+            (keyword; default ``None``: compared on the device).
     """
-    zero = _zero_index(modes)
+    zero = _zero_index(modes, symmetric)
     if zero is None:
         return _cos_sin(xi, modes)
     angle = 2.0 * math.pi * (xi @ modes[zero:].to(xi.dtype).t())  # (N, M_h): modes 0 and H
@@ -264,10 +284,10 @@ def dense_basis(xi: torch.Tensor, modes: torch.Tensor) -> torch.Tensor:
 
 
 def _checked_basis(basis: torch.Tensor | None, xi: torch.Tensor, modes: torch.Tensor,
-                   dtype: torch.dtype) -> torch.Tensor:
+                   dtype: torch.dtype, symmetric: bool | None = None) -> torch.Tensor:
     if basis is None:
-        return dense_basis(xi.to(dtype), modes)
-    width = len(modes) if _zero_index(modes) is not None else 2 * len(modes)
+        return dense_basis(xi.to(dtype), modes, symmetric=symmetric)
+    width = len(modes) if _zero_index(modes, symmetric) is not None else 2 * len(modes)
     if basis.shape != (len(xi), width):
         raise ValueError(f"basis has shape {tuple(basis.shape)}, the frame and modes need "
                          f"{(len(xi), width)}: make it with dense_basis(frame.xi, modes)")
@@ -335,7 +355,8 @@ def _periodic_points(xi: torch.Tensor) -> torch.Tensor:
 def fourier_coefficients(x: torch.Tensor, weight: torch.Tensor, frame: FourierFrame,
                          modes: torch.Tensor, backend: str = "auto",
                          basis: torch.Tensor | None = None,
-                         weighted: torch.Tensor | None = None) -> torch.Tensor:
+                         weighted: torch.Tensor | None = None, *,
+                         symmetric: bool | None = None) -> torch.Tensor:
     r"""Quadrature of the Fourier coefficients of every segment, ``[S, M, C]`` complex.
 
     .. math::
@@ -365,18 +386,21 @@ def fourier_coefficients(x: torch.Tensor, weight: torch.Tensor, frame: FourierFr
             node the integral of its hat function against each cosine and sine
             (:func:`~geoattn.nn.p1_fourier.p1_fourier_basis`), used instead of ``weight`` times
             ``basis`` (default ``None``: the nodal quadrature). Dense transforms only.
+        symmetric: whether ``modes`` is in the symmetric order of :func:`fourier_modes`
+            (keyword; default ``None``: compared on the device).
     """
-    m, zero = len(modes), _zero_index(modes)
+    m, zero = len(modes), _zero_index(modes, symmetric)
     if weighted is not None:
         if backend == "finufft":
             raise ValueError("a weighted basis needs the dense transform, got backend='finufft'")
-        trig = _checked_basis(weighted, frame.xi, modes, x.dtype)
+        trig = _checked_basis(weighted, frame.xi, modes, x.dtype, symmetric)
         weight = torch.ones_like(weight)
     elif _uses_nufft(backend, frame, modes):
         return _nufft_coefficients(x, weight, frame, modes)
     else:
-        trig = _checked_basis(basis, frame.xi, modes, x.dtype)  # (N, M) or (N, 2M)
-    gram = weighted_gram(trig, x, weight, frame.segment, frame.num_segments)  # (S, M | 2M, C)
+        trig = _checked_basis(basis, frame.xi, modes, x.dtype, symmetric)  # (N, M) or (N, 2M)
+    gram = weighted_gram(trig, x, weight, frame.segment, frame.num_segments,
+                         counts=frame.counts)  # (S, M | 2M, C)
     gram = gram / frame.volume.to(gram.dtype).view(-1, 1, 1)
     if zero is None:
         return torch.complex(gram[:, :m], -gram[:, m:])  # (S, M, C)
@@ -398,7 +422,8 @@ def _nufft_coefficients(x, weight, frame, modes):
 
 
 def fourier_evaluate(coeff: torch.Tensor, frame: FourierFrame, modes: torch.Tensor,
-                     backend: str = "auto", basis: torch.Tensor | None = None) -> torch.Tensor:
+                     backend: str = "auto", basis: torch.Tensor | None = None, *,
+                     symmetric: bool | None = None) -> torch.Tensor:
     r"""Evaluate the truncated series :math:`\mathrm{Re} \sum_m \hat u_s(m) e^{2\pi i m \cdot \xi}`.
 
     Dense (:math:`O(N M C)`) or, with finufft, one type-2 NUFFT per segment
@@ -415,20 +440,22 @@ def fourier_evaluate(coeff: torch.Tensor, frame: FourierFrame, modes: torch.Tens
         backend: ``"auto"`` (default), ``"dense"`` or ``"finufft"``.
         basis: :func:`dense_basis` of ``frame.xi`` and ``modes`` (default ``None``: computed
             here when the dense backend runs).
+        symmetric: whether ``modes`` is in the symmetric order of :func:`fourier_modes`
+            (keyword; default ``None``: compared on the device).
 
     Returns:
         real values ``[N, C]``.
     """
     if _uses_nufft(backend, frame, modes):
         return _nufft_evaluate(coeff, frame, modes)
-    zero = _zero_index(modes)
-    trig = _checked_basis(basis, frame.xi, modes, coeff.real.dtype)  # (N, M) or (N, 2M)
+    zero = _zero_index(modes, symmetric)
+    trig = _checked_basis(basis, frame.xi, modes, coeff.real.dtype, symmetric)  # (N, M) or (N, 2M)
     if zero is None:
         stacked = torch.cat([coeff.real, -coeff.imag], dim=1)  # (S, 2M, C): Re(c e) = c_r cos - c_i sin
     else:
         pair = coeff[:, zero + 1:] + coeff[:, :zero].flip(1).conj()  # c(m) + conj c(-m), m in H
         stacked = torch.cat([coeff[:, zero:zero + 1].real, pair.real, -pair.imag], dim=1)  # (S, M, C)
-    return segment_matmul(trig, stacked, frame.segment)
+    return segment_matmul(trig, stacked, frame.segment, counts=frame.counts)
 
 
 def _nufft_evaluate(coeff, frame, modes):
@@ -497,7 +524,9 @@ class SpectralBasis(NamedTuple):
     ``trig`` (the :func:`dense_basis` of the frame, ``None`` when finufft runs), ``modes`` and
     ``padding`` (of the layer that made it), ``weighted`` (optional: the basis with the
     quadrature in it for the forward transform, the ``weighted`` of :func:`fourier_coefficients`;
-    ``None``, the default, uses the nodal quadrature) and ``period`` (of the layer that made it).
+    ``None``, the default, uses the nodal quadrature), ``period`` (of the layer that made it) and
+    ``mode_box`` (the :math:`K_k` of ``modes`` as Python integers, so that another layer checks
+    that the basis fits it without reading ``modes`` from the device).
     """
 
     frame: FourierFrame
@@ -508,6 +537,7 @@ class SpectralBasis(NamedTuple):
     padding: float
     weighted: torch.Tensor | None = None
     period: tuple[float, ...] | None = None
+    mode_box: tuple[int, ...] | None = None
 
 
 class SpectralIntegral(nn.Module):
@@ -561,7 +591,10 @@ class SpectralIntegral(nn.Module):
           and the output points ``pos_query [Nq, d]`` and ``batch_query [Nq]`` (optional keywords;
           default: the input nodes); ``basis``, the :class:`SpectralBasis` of ``pos``, ``weight``
           and ``batch`` from :meth:`basis` of this layer or one with the same modes, padding and
-          period (optional keyword: computed when not given).
+          period (optional keyword: computed when not given); ``layout`` and ``layout_query``,
+          the :class:`~geoattn.mesh.Layout` of ``batch`` and ``batch_query`` (optional keywords,
+          as a model passes ``mesh.layout``: the graphs' sizes are then never read back from the
+          device).
         - **output:** ``[Nq, C_out]``.
     """
 
@@ -576,6 +609,7 @@ class SpectralIntegral(nn.Module):
         self.period = checked_period(period, dim, padding)
         self.modes = modes
         self.register_buffer("mode_index", fourier_modes(modes, dim), persistent=False)
+        self.mode_box = _mode_box(self.mode_index)
         self.mix = ModeLinear(in_channels, out_channels, len(self.mode_index))
 
     def reset_parameters(self) -> None:
@@ -588,40 +622,55 @@ class SpectralIntegral(nn.Module):
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
                 batch: torch.Tensor | None = None, *, pos_query: torch.Tensor | None = None,
                 batch_query: torch.Tensor | None = None,
-                basis: SpectralBasis | None = None) -> torch.Tensor:
+                basis: SpectralBasis | None = None, layout=None, layout_query=None) -> torch.Tensor:
         if pos.shape[-1] != self.dim:
             raise ValueError(f"pos has dimension {pos.shape[-1]}, the layer was built for dim={self.dim}")
         if pos_query is None and batch_query is not None:
             raise ValueError("batch_query without pos_query: pass the output points too")
         if pos_query is not None and (batch is None) != (batch_query is None):
             raise ValueError("give both batch and batch_query, or neither")
-        b = count_graphs(batch) if basis is None else basis.frame.num_segments
-        if batch_query is not None and count_graphs(batch_query) > b:
-            raise ValueError(f"batch_query names {count_graphs(batch_query)} graphs, the input has {b}")
+        if basis is not None:
+            b = basis.frame.num_segments
+        else:
+            b = layout.num_graphs if layout is not None else count_graphs(batch)
+        if batch_query is not None:
+            bq = layout_query.num_graphs if layout_query is not None else count_graphs(batch_query)
+            if bq > b:
+                raise ValueError(f"batch_query names {bq} graphs, the input has {b}")
         if basis is None:
-            basis = self.basis(pos, weight, batch)
+            basis = self.basis(pos, weight, batch, layout=layout)
         elif basis.period != self.period or basis.modes is not self.mode_index and not (
-                torch.equal(basis.modes, self.mode_index) and basis.padding == self.padding):
+                self._same_modes(basis) and basis.padding == self.padding):
             raise ValueError("basis was made by a layer with other modes or padding, or another "
                              "period: make it with this layer's basis()")
         frame = basis.frame
-        coeff = fourier_coefficients(x, weight, frame, self.mode_index, self.backend, basis.trig, basis.weighted)
+        coeff = fourier_coefficients(x, weight, frame, self.mode_index, self.backend, basis.trig, basis.weighted,
+                                     symmetric=True)
         coeff = self.multiply(coeff, basis.side)
         trig = basis.trig
         if pos_query is not None:
-            frame, trig = box_frame(pos_query, batch_query, b, box=basis.box), None
-        return fourier_evaluate(coeff, frame, self.mode_index, self.backend, trig)
+            frame, trig = box_frame(pos_query, batch_query, b, box=basis.box, layout=layout_query), None
+        return fourier_evaluate(coeff, frame, self.mode_index, self.backend, trig, symmetric=True)
+
+    def _same_modes(self, basis: SpectralBasis) -> bool:
+        """Whether ``basis`` was made on this layer's modes (both :func:`fourier_modes` boxes:
+        compared as Python integers when the basis carries its box, else on the device)."""
+        if basis.mode_box is not None:
+            return basis.mode_box == self.mode_box
+        return torch.equal(basis.modes, self.mode_index)
 
     def basis(self, pos: torch.Tensor, weight: torch.Tensor,
-              batch: torch.Tensor | None = None) -> "SpectralBasis":
+              batch: torch.Tensor | None = None, *, layout=None) -> "SpectralBasis":
         """What the layer computes from the nodes alone: their frame in the padded box (or the
         torus, with ``period``) of each graph and, when the dense backend runs, their
         :func:`dense_basis`. Layers with the same modes, padding and period (the blocks of
         :class:`~geoattn.models.MeshFNO`) share one, passed as ``basis`` to :meth:`forward`; the
-        result is the same as without it."""
-        b = count_graphs(batch)
+        result is the same as without it. ``layout`` (keyword): the
+        :class:`~geoattn.mesh.Layout` of ``batch``, so that nothing is read from the device."""
+        b = layout.num_graphs if layout is not None else count_graphs(batch)
         if batch is None:
             batch = torch.zeros(len(pos), dtype=torch.long, device=pos.device)
+            layout = None  # box_frame counts the one graph itself
         if self.period is None:
             lo, hi = bounding_box(pos, batch, b, weight)
             side = hi - lo
@@ -629,10 +678,11 @@ class SpectralIntegral(nn.Module):
         else:
             box = periodic_box(self.period, pos, b)
             side = box[1]
-        frame = box_frame(pos, batch, b, box=box)
+        frame = box_frame(pos, batch if layout is not None or b > 1 else None, b, box=box, layout=layout)
         dense = not _uses_nufft(self.backend, frame, self.mode_index)
-        trig = dense_basis(frame.xi, self.mode_index) if dense else None
-        return SpectralBasis(frame, box, side, trig, self.mode_index, self.padding, period=self.period)
+        trig = dense_basis(frame.xi, self.mode_index, symmetric=True) if dense else None
+        return SpectralBasis(frame, box, side, trig, self.mode_index, self.padding, period=self.period,
+                             mode_box=self.mode_box)
 
     def extra_repr(self) -> str:
         pad = f", padding={self.padding}" if self.padding else ""
@@ -677,7 +727,8 @@ class SpectralSmoothing(SpectralIntegral):
 
     Shapes:
         - **input:** ``x [N, C]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional), any
-          number of channels ``C``.
+          number of channels ``C``; ``layout``, the :class:`~geoattn.mesh.Layout` of ``batch``
+          (optional keyword, see :class:`SpectralIntegral`).
         - **output:** ``[N, C]`` (on the input nodes).
     """
 
@@ -689,6 +740,7 @@ class SpectralSmoothing(SpectralIntegral):
         self.dim, self.modes, self.eps, self.alpha, self.padding = dim, modes, eps, alpha, 0.0
         self.backend, self.period = _checked_backend(backend), checked_period(period, dim)
         self.register_buffer("mode_index", fourier_modes(modes, dim), persistent=False)
+        self.mode_box = _mode_box(self.mode_index)
 
     def reset_parameters(self) -> None:
         pass
@@ -699,8 +751,8 @@ class SpectralSmoothing(SpectralIntegral):
         return coeff * factor.unsqueeze(-1).to(coeff.dtype)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                batch: torch.Tensor | None = None) -> torch.Tensor:
-        return x + super().forward(x, pos, weight, batch)
+                batch: torch.Tensor | None = None, *, layout=None) -> torch.Tensor:
+        return x + super().forward(x, pos, weight, batch, layout=layout)
 
     def extra_repr(self) -> str:
         period = f", period={self.period}" if self.period is not None else ""
@@ -732,7 +784,8 @@ class PatchSpectralIntegral(SpectralIntegral):
     Shapes:
         - **input:** ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional),
           and the keywords ``patch [N]`` (patch index within the graph), ``patch_length``
-          (float, default ``1``) and ``num_patches`` (optional :math:`P`).
+          (float, default ``1``), ``num_patches`` (optional :math:`P`) and ``layout`` (optional,
+          the :class:`~geoattn.mesh.Layout` of ``batch``: the number of graphs is taken from it).
         - **output:** ``[N, C_out]``.
     """
 
@@ -745,7 +798,7 @@ class PatchSpectralIntegral(SpectralIntegral):
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
                 batch: torch.Tensor | None = None, *, patch: torch.Tensor,
-                patch_length: float = 1.0, num_patches: int | None = None) -> torch.Tensor:
-        frame = patch_frame(pos, weight, patch, patch_length, batch, num_patches)
-        coeff = self.mix(fourier_coefficients(x, weight, frame, self.mode_index, self.backend))
-        return fourier_evaluate(coeff, frame, self.mode_index, self.backend)
+                patch_length: float = 1.0, num_patches: int | None = None, layout=None) -> torch.Tensor:
+        frame = patch_frame(pos, weight, patch, patch_length, batch, num_patches, layout=layout)
+        coeff = self.mix(fourier_coefficients(x, weight, frame, self.mode_index, self.backend, symmetric=True))
+        return fourier_evaluate(coeff, frame, self.mode_index, self.backend, symmetric=True)

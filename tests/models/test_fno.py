@@ -1,15 +1,13 @@
 """The mesh-native FNO: spectral padding, refinement convergence, batching, trained transfer."""
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 from smooth_inputs import smooth_input
 
 from geoattn import testing
-from geoattn.errors import ConfigError, MeshMismatchError, UnsupportedCellError
-from geoattn.mesh import families, register_meshes
-from geoattn.models import MeshFNO
+from geoattn.errors import ConfigError, UnsupportedCellError
+from geoattn.mesh import Mesh, families
+from geoattn.models import MeshFNO, build_model
 from geoattn.nn import SpectralIntegral
 from geoattn.train import ResolvedQuadrature, training_size
 
@@ -58,55 +56,81 @@ def test_trained_model_keeps_its_error_on_refined_and_graded_meshes(darcy_transf
 
 # quadrature="p1": the exact transform of the piecewise-linear interpolant
 
+def _refined_meshes(mesh, times=(0, 1, 2, 3)) -> list[Mesh]:
+    """A :class:`Mesh` (with its triangles) of each uniform refinement of ``mesh`` (float64)."""
+    return [Mesh.from_meshio(families.refine(mesh, t) if t else mesh, dtype=torch.float64) for t in times]
+
+
+@torch.no_grad()
 def test_p1_untrained_model_converges_under_refinement_of_graded_mesh():
-    testing.assert_model_converges(_model(quadrature="p1"), smooth_input, families.unit_square(4, "graded"))
+    """As testing.assert_model_converges, on Meshes with their triangles."""
+    model, meshes = _model(quadrature="p1"), _refined_meshes(families.unit_square(4, "graded"))
+    n = meshes[0].num_nodes  # red refinement keeps the coarse nodes first
+    outs = [model(smooth_input(m.pos), m)[:n] for m in meshes]
+    errors = [float((o - outs[-1]).abs().max()) for o in outs[:-1]]
+    assert testing.convergence_rate([1, 0.5, 0.25], errors) >= 1.6, errors
 
 
+@torch.no_grad()
 def test_p1_batched_equals_separate_and_hparams_rebuild(two_meshes):
-    testing.assert_batched_equals_separate(_model(quadrature="p1"), two_meshes)
+    model = _model(quadrature="p1")
+    meshes = [Mesh.from_sample(d) for d in two_meshes]
+    alone = torch.cat([model(d.x, m) for d, m in zip(two_meshes, meshes)])
+    batched = model(torch.cat([d.x for d in two_meshes]), Mesh.batch(meshes))
+    torch.testing.assert_close(batched, alone, rtol=0, atol=1e-12)
+    again = build_model(model.model_name, **model.hparams).double()
+    again.load_state_dict(model.state_dict())
+    again.eval()
+    assert torch.equal(again(two_meshes[0].x, meshes[0]), model(two_meshes[0].x, meshes[0]))
 
 
 def test_p1_is_closer_to_the_continuum_on_a_coarse_graded_mesh():
     """The same weights on a coarse graded mesh and on its third refinement (the continuum's
     stand-in): the P1 transform's output at the coarse nodes is several times closer to the fine
     one than the nodal quadrature's."""
-    samples = testing.refinement_samples(families.unit_square(4, "graded"), (0, 3), smooth_input)
+    coarse, fine = _refined_meshes(families.unit_square(4, "graded"), (0, 3))
     errors = {}
     for quadrature in ("nodal", "p1"):
         model = _model(quadrature=quadrature, modes=4)
-        register_meshes(model, [families.unit_square(4, "graded"), families.refine(families.unit_square(4, "graded"), 3)])
-        (x, pos, w, _), (xf, posf, wf, _) = samples
-        n = len(pos)
+        n = coarse.num_nodes
         with torch.no_grad():
-            errors[quadrature] = float((model(x, pos, w) - model(xf, posf, wf)[:n]).abs().max())
+            errors[quadrature] = float((model(smooth_input(coarse.pos), coarse)
+                                        - model(smooth_input(fine.pos), fine)[:n]).abs().max())
     assert errors["p1"] < 0.3 * errors["nodal"], errors
 
 
-def test_p1_needs_every_mesh_registered_and_triangles(two_meshes):
+def test_p1_needs_a_mesh_with_triangles(two_meshes, monkeypatch):
+    import geoattn.models.fno as fno
+
     model, coarse = _model(quadrature="p1"), two_meshes[0]
-    with pytest.raises(MeshMismatchError, match="register"):
-        model(coarse.x, coarse.pos, coarse.weight)
-    register_meshes(model, [coarse])
-    out = model(coarse.x, coarse.pos, coarse.weight)
-    moved = coarse.pos + 1e-9  # the same mesh in another precision: recognised
-    torch.testing.assert_close(model(coarse.x, moved, coarse.weight), out, rtol=1e-6, atol=1e-8)
-    with pytest.raises(MeshMismatchError):
-        model(coarse.x, coarse.pos + 1e-3, coarse.weight)  # another mesh
-    cloud = SimpleNamespace(pos=two_meshes[1].pos, cells=None)
+    with pytest.raises(ValueError, match="pass a Mesh with cells"):
+        model(coarse.x, coarse.pos, coarse.weight)  # bare tensors carry no cells
+    with pytest.raises(ValueError, match="Mesh.from_meshio"):
+        model(coarse.x, Mesh(coarse.pos, coarse.weight))
+    builds = []
+    build = fno.p1_fourier_basis
+    monkeypatch.setattr(fno, "p1_fourier_basis", lambda *a, **k: builds.append(1) or build(*a, **k))
+    mesh = Mesh.from_sample(coarse)
+    out = model(coarse.x, mesh)
+    assert torch.equal(model(2 * coarse.x, mesh), model(2 * coarse.x, mesh)) and len(builds) == 1
+    assert torch.equal(model(coarse.x, mesh), out) and len(builds) == 1  # once per Mesh
+    model(coarse.x, Mesh.from_sample(coarse))  # another Mesh object: built for it
+    assert len(builds) == 2
+    quads = Mesh.from_meshio(families.unit_square(3, "structured", cell="quad"), dtype=torch.float64)
     with pytest.raises(UnsupportedCellError, match="triangle"):
-        register_meshes(model, [cloud])
+        model(smooth_input(quads.pos), quads)
     with pytest.raises(ConfigError, match="quadrature"):
         MeshFNO(1, 1, quadrature="exact")
     with pytest.raises(ConfigError, match="dim"):
         MeshFNO(1, 1, dim=3, quadrature="p1")
-    plain = _model()  # the nodal model needs nothing registered
+    plain = _model()  # the nodal model needs no cells
     plain(coarse.x, coarse.pos, coarse.weight)
 
 
 @pytest.mark.slow
 def test_p1_trained_model_keeps_its_error_on_refined_and_graded_meshes(darcy_transfer):
-    """Regression, as for the nodal model: the trainer registers the training mesh and the
-    report the test meshes."""
+    """Regression, as for the nodal model: the trainer and the report hand the model each
+    sample's Mesh with its triangles."""
     torch.manual_seed(0)
     report = darcy_transfer(MeshFNO(1, 1, width=16, depth=3, modes=3, quadrature="p1"))
     assert report.mean("model", "train") < 0.15, report.table()
@@ -146,7 +170,6 @@ def test_local_trained_model_keeps_its_error_on_refined_and_graded_meshes(darcy_
     for seed in range(3):
         torch.manual_seed(seed)
         model = MeshFNO(1, 1, width=16, depth=3, modes=3, local={"radius": 2.5 / 12})
-        # no meshes given: the trainer registers the training mesh, the report the test meshes
         report = darcy_transfer(ResolvedQuadrature(model, [], size), inner=model)
         assert report.mean("model", "train") < 0.15, report.table()
         for name, by_mesh in ratios.items():
