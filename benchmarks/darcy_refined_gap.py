@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from darcy.meshes import benchmark_meshes, coefficient_field, solve_samples  # noqa: E402
 from darcy.race import SCALES, run_family  # noqa: E402
 
+from geoattn.mesh import Mesh  # noqa: E402
 from geoattn.mesh.interpolation import linear_interpolation  # noqa: E402
 
 log = logging.getLogger("darcy_refined_gap")
@@ -62,17 +63,18 @@ def gap(op: torch.nn.Module, coarse: list, fine: list) -> dict[str, float]:
     if not torch.allclose(fine[0].pos[:n], coarse[0].pos, rtol=0, atol=1e-12):
         raise ValueError("the fine mesh must keep the coarse mesh's nodes first and in order")
     up = linear_interpolation(coarse[0].pos.double(), fine[0].pos.double())
+    coarse_mesh, fine_mesh = Mesh.from_sample(coarse[0]), Mesh.from_sample(fine[0])  # one per mesh
     rows = []
     with torch.no_grad():
         for c, f in zip(coarse, fine):
-            on_coarse = op(c.x, c.pos, c.weight)
-            on_fine = op(f.x, f.pos, f.weight)
+            on_coarse = op(c.x, coarse_mesh)
+            on_fine = op(f.x, fine_mesh)
             x_up = up(c.x.double()).to(f.x.dtype)
             rows.append([relative(on_coarse, c.y, c.weight),
                          relative(on_fine, f.y, f.weight),
                          relative(on_fine, f.y, f.weight, slice(0, n)),
                          relative(on_fine, f.y, f.weight, slice(n, None)),
-                         relative(op(x_up, f.pos, f.weight), f.y, f.weight),
+                         relative(op(x_up, fine_mesh), f.y, f.weight),
                          relative(up(on_coarse.double()), f.y, f.weight),
                          float((on_fine[:n] - on_coarse).norm() / on_coarse.norm()),
                          float((x_up - f.x).norm() / f.x.norm())])

@@ -26,7 +26,7 @@ import torch
 
 from geoattn.data import darcy_samples
 from geoattn.eval import cross_mesh_report
-from geoattn.mesh import families
+from geoattn.mesh import Mesh, families
 from geoattn.models import build_model
 from geoattn.train import NormalizedOperator, Trainer, train_ensemble
 
@@ -57,9 +57,10 @@ def main(train: int = 100, test: int = 10, val: int = 10, epochs: int = 300, mem
     errors, spreads = [], []
     ensemble.eval()
     with torch.no_grad():
+        mesh = Mesh.from_sample(test_sets["other"][0])  # one mesh, shared by the samples on it
         for s in test_sets["other"]:
-            errors.append((ensemble(s.x, s.pos, s.weight) - s.y).abs().flatten())
-            spreads.append(ensemble.spread(s.x, s.pos, s.weight).flatten())
+            errors.append((ensemble(s.x, mesh) - s.y).abs().flatten())
+            spreads.append(ensemble.spread(s.x, mesh).flatten())
     correlation = float(np.corrcoef(torch.cat(errors).numpy(), torch.cat(spreads).numpy())[0, 1])
     print(f"other mesh: correlation of the members' spread with the mean's pointwise error {correlation:.2f}")
     if plot:
@@ -75,9 +76,10 @@ def draw(sample, ensemble, path: str) -> None:
     import matplotlib.pyplot as plt
     import matplotlib.tri as mtri
 
+    mesh = Mesh.from_sample(sample)
     with torch.no_grad():
-        error = (ensemble(sample.x, sample.pos, sample.weight) - sample.y)[:, 0].abs()
-        spread = ensemble.spread(sample.x, sample.pos, sample.weight)[:, 0]
+        error = (ensemble(sample.x, mesh) - sample.y)[:, 0].abs()
+        spread = ensemble.spread(sample.x, mesh)[:, 0]
     pos = sample.pos.numpy()
     tri = mtri.Triangulation(pos[:, 0], pos[:, 1], sample.cells.numpy())
     fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.6))

@@ -210,11 +210,13 @@ def assert_convergence_rate(h: Sequence[float], errors: Sequence[float], expecte
 
 
 def assert_rejects_mismatched_inputs(model: torch.nn.Module, num_nodes: int = 5) -> None:
-    """Check that ``model(x, pos, weight)`` rejects a mesh of another dimension and a field with
+    """Check that ``model(x, mesh)`` rejects a mesh of another dimension and a field with
     another number of channels than the model was built for (``model.dim``,
     ``model.in_channels``), raising :class:`~geoattn.errors.DimensionError` and
     :class:`~geoattn.errors.ChannelError` whose messages name what was expected."""
     from .errors import ChannelError, DimensionError
+    from .mesh.mesh import Mesh
+    from .operators.wrapper import call_inner
 
     dim, channels = model.dim, model.in_channels
     p = next(model.parameters())
@@ -225,13 +227,13 @@ def assert_rejects_mismatched_inputs(model: torch.nn.Module, num_nodes: int = 5)
     weight = zeros(num_nodes) + 1.0 / num_nodes
     wrong_dim = dim + 1 if dim < 3 else 2
     try:
-        model(zeros(num_nodes, channels), zeros(num_nodes, wrong_dim), weight)
+        call_inner(model, zeros(num_nodes, channels), Mesh(zeros(num_nodes, wrong_dim), weight))
     except DimensionError as err:
         assert f"built for {dim}-D" in str(err), f"DimensionError does not name {dim}-D: {err}"
     else:
         raise AssertionError(f"{type(model).__name__} accepted {wrong_dim}-D coordinates")
     try:
-        model(zeros(num_nodes, channels + 1), zeros(num_nodes, dim), weight)
+        call_inner(model, zeros(num_nodes, channels + 1), Mesh(zeros(num_nodes, dim), weight))
     except ChannelError as err:
         assert f"expects {channels} input channel" in str(err), f"ChannelError does not name {channels}: {err}"
     else:
@@ -244,14 +246,17 @@ def assert_model_converges(model: torch.nn.Module, function: Callable[[torch.Ten
     """Check that ``model``'s output for ``function`` sampled on uniform refinements of ``mesh``
     converges at the nodes of ``mesh`` (kept first by red refinement) at a fitted order of at
     least ``order``, against the finest level (max norm; float64). Returns the fitted order.
-    The meshes are registered with the model's modules that need them
-    (:func:`~geoattn.mesh.register_meshes`)."""
-    from .mesh import families, register_meshes
+    The model is called ``model(x, mesh)`` with each level's :class:`~geoattn.mesh.Mesh`, cells
+    included."""
+    from .mesh import families, from_meshio
+    from .mesh.mesh import Mesh
+    from .operators.wrapper import call_inner
 
-    samples = refinement_samples(mesh, times, function)
-    register_meshes(model, [families.refine(mesh, t) if t else mesh for t in times])
+    levels = [Mesh.from_sample(from_meshio(families.refine(mesh, t) if t else mesh, dtype=torch.float64))
+              for t in times]
+    samples = [(function(m.pos), m.pos, m.weight, 2.0**-t) for m, t in zip(levels, times)]
     n = len(samples[0][1])
-    outs = [model(x, pos, w)[:n] for x, pos, w, _ in samples]
+    outs = [call_inner(model, x, m)[:n] for (x, *_), m in zip(samples, levels)]
     errors = [float((o - outs[-1]).abs().max()) for o in outs[:-1]]
     rate = convergence_rate([s[3] for s in samples[:-1]], errors)
     if not rate >= order:
@@ -261,24 +266,23 @@ def assert_model_converges(model: torch.nn.Module, function: Callable[[torch.Ten
 
 @torch.no_grad()
 def assert_batched_equals_separate(model: torch.nn.Module, samples: Sequence, atol: float = 1e-12) -> None:
-    """Check that ``model`` on a PyG batch of ``samples`` (each with ``x``, ``pos``, ``weight``)
-    equals the model on each sample alone, and that the registered model rebuilt from
-    ``model.model_name`` and ``model.hparams`` with the same state gives identical outputs."""
-    from torch_geometric.data import Batch
-
+    """Check that ``model`` on the batch of ``samples`` (each with ``x``, ``pos``, ``weight``,
+    optionally ``cells``), ``model(x, Mesh.batch(meshes))``, equals the model on each sample
+    alone, ``model(x, mesh)``, and that the model rebuilt from ``model.model_name`` and
+    ``model.hparams`` with the same state gives identical outputs."""
+    from .mesh.mesh import Mesh
     from .models import build_model
+    from .operators.wrapper import call_inner
 
-    from .mesh import register_meshes
-
-    register_meshes(model, samples)
-    b = Batch.from_data_list(list(samples))
-    alone = torch.cat([model(d.x, d.pos, d.weight) for d in samples])
-    _assert_close(model(b.x, b.pos, b.weight, b.batch), alone, "batch vs alone", atol, 0.0)
+    samples = list(samples)
+    meshes = [Mesh.from_sample(d) for d in samples]
+    alone = torch.cat([call_inner(model, d.x, m) for d, m in zip(samples, meshes)])
+    batched = call_inner(model, torch.cat([d.x for d in samples]), Mesh.batch(meshes))
+    _assert_close(batched, alone, "batch vs alone", atol, 0.0)
     p = next(model.parameters())
     again = build_model(model.model_name, **model.hparams).to(p.dtype)
     again.load_state_dict(model.state_dict())
     again.train(model.training)
-    register_meshes(again, samples)
-    d = samples[0]
-    if not torch.equal(again(d.x, d.pos, d.weight), model(d.x, d.pos, d.weight)):
+    d, m = samples[0], meshes[0]
+    if not torch.equal(again(d.x, m), model(d.x, m)):
         raise AssertionError(f"{type(model).__name__} rebuilt from its hparams gives other outputs")

@@ -20,12 +20,12 @@ import numpy as np
 import torch
 from scipy.spatial import Delaunay
 
-from geoattn.eval import CrossMeshReport, ResolvedQuadrature, cross_mesh_report, training_size
+from geoattn.eval import CrossMeshReport, cross_mesh_report, training_size
 from geoattn.mesh.interpolation import linear_interpolation
 from geoattn.mesh.refinement import refine_to
-from geoattn.mesh.registry import mesh_key
 from geoattn.mesh.symmetry import augment
 from geoattn.models import MODELS, build_model
+from geoattn.operators import RefinedOperator
 from geoattn.nn.spectral import resolved_modes
 from geoattn.train import NormalizedOperator, Trainer, symmetrize, train_ensemble
 
@@ -91,23 +91,22 @@ def patch_resolution(mesh_n: int, domain: str = "square") -> dict[str, int]:
             return {"num_patches": parts, "modes": resolved_modes(nodes / parts, 2)}
 
 
-class MixedResolution(ResolvedQuadrature):
+class MixedResolution(RefinedOperator):
     """A model that, in training, computes each batch on the meshes refined to ``size`` with
-    probability ``fraction`` (as :class:`ResolvedQuadrature`, read at the data's nodes) and on the
+    probability ``fraction`` (as :class:`~geoattn.operators.RefinedOperator`, read at the data's nodes) and on the
     meshes as they are otherwise; in evaluation always on the meshes as they are. It trains one
     model on two discretisations of the same samples, so that it cannot fit the errors of one."""
 
-    def __init__(self, op: torch.nn.Module, meshes, size: float, fraction: float):
+    def __init__(self, op: torch.nn.Module, size: float, fraction: float):
         if not 0.0 <= fraction <= 1.0:
             raise ValueError(f"fraction must be in [0, 1], got {fraction!r}")
-        super().__init__(op, meshes, size)
+        super().__init__(op, size)
         self.fraction = float(fraction)
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                batch: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mesh, *, query=None) -> torch.Tensor:
         if self.training and float(torch.rand(())) < self.fraction:
-            return super().forward(x, pos, weight, batch)
-        return self.op(x, pos, weight, batch)
+            return super().forward(x, mesh, query=query)
+        return self.op(x, mesh) if query is None else self.op(x, mesh, query=query)
 
 
 class CoarsenedInputs:
@@ -127,42 +126,39 @@ class CoarsenedInputs:
             raise ValueError(f"least must be in (0, 1], got {least!r}")
         self.fraction, self.least, self.pool = float(fraction), float(least), int(pool)
         self.rng = np.random.default_rng(seed)
-        self.stencils: dict = {}  # mesh_key -> [(index [N, 3], coeff [N, 3])]
 
-    def subsets(self, pos: torch.Tensor) -> list:
-        """The pool of interpolation stencils of the mesh with nodes ``pos``."""
-        key = mesh_key(pos)
-        if key not in self.stencils:
-            p = pos.detach().to("cpu", torch.float64)
-            hull = np.unique(Delaunay(p.numpy()).convex_hull)
-            pool = []
-            for _ in range(self.pool):
-                direction = self.rng.normal(size=p.shape[1])
-                t = p.numpy() @ direction
-                t = (t - t.min()) / (t.max() - t.min())
-                q = np.exp(self.rng.uniform(np.log(self.least), 0.0))
-                keep = self.rng.random(len(p)) < q + (1 - q) * t
-                keep[hull] = True
-                kept = np.flatnonzero(keep)
-                interp = linear_interpolation(p[kept], p)
-                pool.append((torch.as_tensor(kept)[interp.index], interp.coeff))
-            self.stencils[key] = pool
-        return self.stencils[key]
+    def subsets(self, mesh) -> list:
+        """The pool of interpolation stencils of ``mesh`` (one graph), kept in its memo."""
+        return mesh.cached(("coarsened_inputs", id(self)), lambda: self._pool(mesh.pos))
+
+    def _pool(self, pos: torch.Tensor) -> list:
+        p = pos.detach().to("cpu", torch.float64)
+        hull = np.unique(Delaunay(p.numpy()).convex_hull)
+        pool = []
+        for _ in range(self.pool):
+            direction = self.rng.normal(size=p.shape[1])
+            t = p.numpy() @ direction
+            t = (t - t.min()) / (t.max() - t.min())
+            q = np.exp(self.rng.uniform(np.log(self.least), 0.0))
+            keep = self.rng.random(len(p)) < q + (1 - q) * t
+            keep[hull] = True
+            kept = np.flatnonzero(keep)
+            interp = linear_interpolation(p[kept], p)
+            pool.append((torch.as_tensor(kept)[interp.index], interp.coeff))
+        return pool
 
     def __call__(self, module: torch.nn.Module, args: tuple):
         if not module.training or self.fraction == 0:
             return None
-        x, pos, weight, *rest = args
-        batch = rest[0] if rest else None
-        counts = [len(pos)] if batch is None else torch.bincount(batch).tolist()
+        x, mesh = args
         parts = []
-        for gx, gpos in zip(x.split(counts), pos.split(counts)):
+        for gx, graph in zip(x.split(list(mesh.layout.counts)), mesh.graphs()):
             if float(torch.rand(())) < self.fraction:
-                pool = self.subsets(gpos)
+                pool = self.subsets(graph)
                 index, coeff = pool[int(torch.randint(len(pool), ()))]
                 gx = (gx[index.to(x.device)] * coeff.to(x)[..., None]).sum(1)
             parts.append(gx)
-        return (torch.cat(parts), pos, weight, *rest)
+        return (torch.cat(parts), mesh)
 
 
 def supersampled_size(mesh_n: int, domain: str = "square", supersample: int = 1) -> float:
@@ -308,7 +304,7 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
                seed: int = 0, domain: str = "square", reference: bool = False, resolve: bool = False) -> dict:
     """Train every model on one coefficient family and score it on every mesh of the domain
     (with ``reference``, also against :func:`reference_targets`; with ``resolve``, also each
-    model wrapped in :class:`geoattn.eval.ResolvedQuadrature`)."""
+    model wrapped in :class:`geoattn.operators.RefinedOperator`)."""
     meshes = benchmark_meshes(scale.mesh_n, domain)
     field = coefficient_field(meshes)
     tic = time.perf_counter()
@@ -339,11 +335,9 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
         def build(name=name, make=make):
             model = make()
             if scale.supersample > 1 and name in MODELS:  # geoattn's own models; the peers see the nodes
-                model = ResolvedQuadrature(model, meshes.values(), size)
-                model.register(train[:len(SYMMETRIES[domain])] if scale.symmetries else [])  # the images
+                model = RefinedOperator(model, size)
             elif scale.mix_resolution > 0 and name in MODELS:
-                model = MixedResolution(model, [], supersampled_size(scale.mesh_n, domain, 2), scale.mix_resolution)
-                model.register(train[:len(SYMMETRIES[domain])] if scale.symmetries else train[:1])  # training meshes
+                model = MixedResolution(model, supersampled_size(scale.mesh_n, domain, 2), scale.mix_resolution)
             if scale.coarsen > 0 and name in MODELS:
                 model.register_forward_pre_hook(CoarsenedInputs(scale.coarsen, seed=seed))
             return NormalizedOperator(model).to(device)  # patched models: the trainer fits the partition
@@ -394,7 +388,7 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
                                                      batch_size=scale.batch_size)
     if resolve:
         size = training_size(meshes["train"])
-        resolved = {name: ResolvedQuadrature(op, meshes.values(), size).to(device) for name, op in operators.items()}
+        resolved = {name: RefinedOperator(op, size).to(device) for name, op in operators.items()}
         scored["test_resolved"] = cross_mesh_report(resolved, test, reference="train", batch_size=scale.batch_size)
         if reference:
             scored["test_reference_resolved"] = cross_mesh_report(resolved, targets, reference="train",

@@ -4,7 +4,7 @@ Generates Darcy flow samples (lognormal coefficient) on the irregular sample mes
 ``meshes/square_irregular.vtu`` and the *same continuum samples* on its refinements (x4 and x16
 nodes), on a strongly graded mesh, on another irregular mesh and on a coarser one; trains a TNO
 with quadrature weights and the same TNO with node-average weights (the ablation); scores the
-weighted TNO also through :class:`~geoattn.eval.ResolvedQuadrature` (each mesh refined where it
+weighted TNO also through :class:`~geoattn.operators.RefinedOperator` (each mesh refined where it
 is coarser than the training mesh, for the model's quadratures only); prints the cross-mesh
 table; and writes a report folder with figures, metrics and ParaView files.
 """
@@ -20,12 +20,14 @@ from pathlib import Path
 import meshio
 import torch
 
-from ..eval import ResolvedQuadrature, cross_mesh_report, plot_errors, plot_sample, training_size
+from ..eval import RefinedOperator, cross_mesh_report, plot_errors, plot_sample, training_size
 from ..mesh import write_mesh
+from ..mesh.mesh import Mesh
 from ..models import build_model
 from ..optional import require
 from ..train import NormalizedOperator, Trainer
 from ..train.checkpoint import check_writable
+from ..train.loader import share_mesh
 from .train import SEEDS, check_setting
 
 log = logging.getLogger(__name__)
@@ -96,6 +98,9 @@ def run(args: argparse.Namespace) -> int:
     train = darcy_samples({train_name: meshes[train_name]}, recipe.train, seed=args.seed,
                           family="lognormal")[train_name]
     test = darcy_samples(meshes, recipe.test, seed=args.seed, family="lognormal", start=recipe.train)
+    # the samples of one mesh share its tensors: one Mesh per mesh, its structure built once
+    train = share_mesh(train)
+    test = {name: share_mesh(samples) for name, samples in test.items()}
     print(f"data generated in {time.perf_counter() - tic:.0f} s")
 
     operators = {}
@@ -115,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     # the weighted model again, its quadratures taken on each mesh refined where it is coarser
     # than the training mesh (input interpolated linearly, output read at the mesh's nodes)
     operators = {"weighted": operators["weighted"],
-                 "resolved": ResolvedQuadrature(operators["weighted"], meshes.values(), training_size(meshes[train_name])),
+                 "resolved": RefinedOperator(operators["weighted"], training_size(meshes[train_name])),
                  "unweighted": operators["unweighted"]}
     report = cross_mesh_report(operators, test, reference=train_name)
     print("\nmean relative L2(D) test error per mesh (ratio = error / error on the training mesh; "
@@ -140,7 +145,7 @@ SAMPLE_FIELDS = ("coefficient", "solution", "prediction", "error", "weight")
 def _write_samples(op: NormalizedOperator, test: dict, out: Path) -> None:
     for k, (mesh, samples) in enumerate(test.items()):
         d = samples[0]
-        pred = op(d.x, d.pos, d.weight)
+        pred = op(d.x, Mesh.from_sample(d))
         stem = f"sample_{k}_{mesh.split(' ')[0]}{k}"
         fields = d.clone()
         del fields.x, fields.y  # written under descriptive names below, not as "x" and "y"

@@ -23,7 +23,7 @@ Model and training settings come from flags or a TOML file (flags win)::
 
 ``--supersample F`` (or ``supersample = F`` in ``[model]``) trains the model on the training mesh
 refined to its longest edge / F, the input interpolated linearly and the loss read at the data's
-nodes (:class:`~geoattn.train.ResolvedQuadrature`); the checkpoint stores the size, and
+nodes (:class:`~geoattn.operators.RefinedOperator`); the checkpoint stores the size, and
 ``geoattn evaluate`` / ``predict`` refine every mesh to it.
 
 ``--symmetries N`` trains on every training sample carried by the ``2 N`` symmetries of the
@@ -73,7 +73,7 @@ from ..models import MODELS, build_model
 from ..models.base import RENAMED_ARGUMENTS
 from ..optional import require
 from ..mesh.io import to_meshio
-from ..train import NormalizedOperator, ResolvedQuadrature, Trainer, init_distributed, load_checkpoint, training_size
+from ..train import NormalizedOperator, RefinedOperator, Trainer, init_distributed, load_checkpoint, training_size
 from ..train.checkpoint import atomic_path, check_writable
 from ..train.trainer import PRECISIONS, check_precision, check_run_folder, resolve_device
 
@@ -382,9 +382,7 @@ def _train_one(args: argparse.Namespace, dataset, train, val, group, name: str, 
     except (TypeError, ValueError, RuntimeError, MemoryError) as err:
         raise ConfigError(f"cannot build model {name!r} with {model_kw}: {err}") from err
     if size is not None:
-        model = ResolvedQuadrature(model, [first], size)
-        if group is not None:
-            model.register(train[:len(group)])  # the images of the training mesh
+        model = RefinedOperator(model, size)  # every Mesh refines itself, once
     op = NormalizedOperator(model, unweighted=args.unweighted)
     trainer = Trainer(op, out, progress=not args.no_progress, tensorboard=args.tensorboard,
                       workers=args.workers, overwrite=args.overwrite, **train_kw)

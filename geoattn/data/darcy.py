@@ -9,6 +9,8 @@ every mesh), and the coefficient families of the papers are :class:`Lognormal` a
 
 from __future__ import annotations
 
+import copy
+
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -228,8 +230,10 @@ def solve_sample(problems: Mapping[str, DarcyProblem], field: GaussianRandomFiel
 
 
 def sample_data(base: MeshData, x: np.ndarray, y: np.ndarray) -> MeshData:
-    """A copy of ``base`` (pos, weight, cells) with ``x = a [N, 1]`` and ``y = u [N, 1]``."""
-    data = base.clone()
+    """``base`` with ``x = a [N, 1]`` and ``y = u [N, 1]``: a shallow copy, so the samples on one
+    mesh share its ``pos``, ``weight`` and ``cells`` tensors (and the trainer gives them one
+    :class:`~geoattn.mesh.Mesh`, whose structure is built once); change them out of place."""
+    data = copy.copy(base)
     data.x = torch.as_tensor(np.asarray(x).reshape(-1, 1), dtype=base.pos.dtype)
     data.y = torch.as_tensor(np.asarray(y).reshape(-1, 1), dtype=base.pos.dtype)
     return data

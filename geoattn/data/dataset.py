@@ -21,6 +21,7 @@ the file, the mesh and the first offending index.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import zlib
@@ -32,6 +33,7 @@ from torch_geometric.data import Dataset
 
 from ..errors import DatasetFileError, GeoattnError
 from ..mesh import MeshData
+from ..mesh.mesh import Mesh
 from ..mesh.io import cast_positions
 from ..mesh.weights import cast_weights
 from ..mesh.validation import located, validate_sample
@@ -140,7 +142,10 @@ class DarcyDataset(FileDataset):
     hash of the mesh the samples were generated on (which the CRC-32 of an edited mesh, recomputed,
     does not replace), and validated
     (finite nodes, cell indices in range, no cell twice, finite weights ``>= 0`` with a positive
-    total); fields are read one sample at a time and checked against their CRC-32. The HDF5
+    total); fields are read one sample at a time and checked against their CRC-32. Every sample
+    shares the mesh's ``pos``, ``weight`` and ``cells`` tensors (do not modify them in place), and
+    the dataset holds the one :class:`~geoattn.mesh.Mesh` of its mesh (:attr:`mesh_object`,
+    :meth:`mesh_for`), which the trainer hands the operator for every sample. The HDF5
     handle is opened per process, so the dataset works in a
     :class:`torch_geometric.loader.DataLoader` with worker processes.
 
@@ -179,6 +184,7 @@ class DarcyDataset(FileDataset):
             self.attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in fh.attrs.items()}
             self._n = len(done)
             self._base = _read(self.path, f"mesh {mesh!r}", lambda: self._load_mesh(fh["meshes"][mesh]))
+        self.mesh_object = Mesh(self._base.pos, self._base.weight, self._base.cells)
         super().__init__(None, transform, log=False)
 
     def _load_mesh(self, group: h5py.Group) -> MeshData:
@@ -220,10 +226,16 @@ class DarcyDataset(FileDataset):
         if self.verify and crc32(x, y) != check:
             raise DatasetFileError(f"{self.path}: sample {idx} of mesh {self.mesh!r} fails its "
                                    "checksum (corrupted file)")
-        data = self._base.clone()
+        data = copy.copy(self._base)  # the mesh's tensors shared (one Mesh for every sample)
         data.x = torch.as_tensor(x, dtype=self.dtype).reshape(-1, 1)  # [N, 1]
         data.y = torch.as_tensor(y, dtype=self.dtype).reshape(-1, 1)  # [N, 1]
         return data
+
+    def mesh_for(self, data) -> Mesh | None:
+        """The :class:`~geoattn.mesh.Mesh` of a sample this dataset returned (``None`` for one
+        whose mesh tensors are not the dataset's, e.g. after a transform that moved them)."""
+        mesh = self.mesh_object
+        return mesh if data.pos is mesh.pos and data.weight is mesh.weight else None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.path.name}, mesh={self.mesh!r}, n={self._n})"

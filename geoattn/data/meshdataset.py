@@ -31,6 +31,7 @@ it.
 
 from __future__ import annotations
 
+import copy
 import datetime
 import inspect
 import json
@@ -46,6 +47,7 @@ from .. import __version__
 from ..errors import ConfigError, DatasetFileError, FieldLengthError, GeoattnError, OutputError
 from ..locking import hold
 from ..mesh import MeshData
+from ..mesh.mesh import Mesh
 from ..mesh.io import cast_positions, from_meshio, read_meshio
 from ..mesh.validation import located, validate_sample
 from ..mesh.weights import cast_weights
@@ -364,13 +366,23 @@ class MeshDataset(FileDataset):
     def _base(self, number: int) -> MeshData:
         if number in self._meshes:
             self._meshes.move_to_end(number)
-            return self._meshes[number]
+            return self._meshes[number][0]
         group = self._file()["meshes"][f"{number:06d}"]
         data = _read(self.path, f"mesh {number}", lambda: self._load_mesh(group, number))
-        self._meshes[number] = data
+        cells = getattr(data, "cells", None)
+        self._meshes[number] = (data, Mesh(data.pos, data.weight, cells if torch.is_tensor(cells) else None))
         if len(self._meshes) > self._cache:
             self._meshes.popitem(last=False)
         return data
+
+    def mesh_for(self, data) -> Mesh | None:
+        """The one :class:`~geoattn.mesh.Mesh` of the mesh of a sample this dataset returned
+        (its samples share the mesh's tensors), while the mesh is among those kept in memory;
+        ``None`` otherwise."""
+        for base, mesh in self._meshes.values():
+            if data.pos is base.pos and data.weight is base.weight:
+                return mesh
+        return None
 
     def _load_mesh(self, group, number: int) -> MeshData:
         points, cells, weight = group["points"][:], group["cells"][:], group["weight"][:]
@@ -403,7 +415,7 @@ class MeshDataset(FileDataset):
         if self.verify and crc32(x, y, params) != check:
             raise DatasetFileError(f"{self.path}: sample {sample} ({self.names[sample]}) fails its "
                                    "checksum (corrupted file)")
-        data = base.clone()
+        data = copy.copy(base)  # the mesh's tensors shared (one Mesh for every sample on it)
         x = torch.as_tensor(x, dtype=self.dtype)  # [N, C_in]
         if len(self.param_names):
             p = torch.as_tensor(params, dtype=self.dtype)

@@ -3,7 +3,7 @@
 from .crossmesh import CrossMeshReport, SplitReport, cross_mesh_report, split_report
 from .plots import plot_errors, plot_sample
 from .predict import predict_meshio
-from ..train.resolved import ResolvedQuadrature, training_size
+from ..operators.refined import RefinedOperator, ResolvedQuadrature, training_size
 
-__all__ = ["CrossMeshReport", "ResolvedQuadrature", "SplitReport", "cross_mesh_report", "plot_errors",
+__all__ = ["CrossMeshReport", "RefinedOperator", "ResolvedQuadrature", "SplitReport", "cross_mesh_report", "plot_errors",
            "plot_sample", "predict_meshio", "split_report", "training_size"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from ..mesh.registry import register_meshes
+from ..train.loader import SampleMeshes
 from ..train.trainer import evaluate_errors
 
 
@@ -64,9 +64,10 @@ def cross_mesh_report(operators: Mapping[str, torch.nn.Module], datasets: Mappin
     """Score each operator on every dataset (same samples, different meshes).
 
     The score is always the weighted relative :math:`L^2(D)` error of the prediction, whatever
-    weights the model itself uses, so weighted and node-average models compare on one scale. A
-    model trained through :class:`~geoattn.train.ResolvedQuadrature` gets the datasets' meshes
-    registered (:func:`~geoattn.train.register_meshes`).
+    weights the model itself uses, so weighted and node-average models compare on one scale. Every
+    operator is called with the samples' :class:`~geoattn.mesh.Mesh` objects, one per distinct
+    mesh (:class:`~geoattn.train.loader.SampleMeshes`), shared by all operators, so structure built
+    on a mesh (a refinement, a graph) is built once for the report.
 
     Args:
         operators: trained models by display name (e.g. ``{"weighted": op, "unweighted": ab}``).
@@ -93,10 +94,9 @@ def cross_mesh_report(operators: Mapping[str, torch.nn.Module], datasets: Mappin
     if not all(counts.values()):
         raise ValueError(f"no samples to evaluate on mesh {next(m for m, n in counts.items() if not n)!r}")
     report = CrossMeshReport({k: v[0].num_nodes for k, v in datasets.items()}, reference)
+    meshes = {mesh: SampleMeshes(samples) for mesh, samples in datasets.items()}
     for name, op in operators.items():
-        for samples in datasets.values():  # a model trained through ResolvedQuadrature meets the meshes
-            register_meshes(op, samples)
-        report.errors[name] = {mesh: evaluate_errors(op, samples, batch_size)
+        report.errors[name] = {mesh: evaluate_errors(op, samples, batch_size, meshes=meshes[mesh])
                                for mesh, samples in datasets.items()}
         if any(not math.isfinite(float(e.mean())) for e in report.errors[name].values()):
             raise ValueError(f"model {name!r} gives non-finite errors")
@@ -159,10 +159,10 @@ def split_report(operators: Mapping[str, torch.nn.Module], sets: Mapping[str, Se
         raise ValueError(f"sample set {empty[0]!r} is empty")
     sizes = {name: [samples[i].num_nodes for i in range(len(samples))] for name, samples in sets.items()}
     report = SplitReport({name: (min(n), max(n)) for name, n in sizes.items()})
+    meshes = {name: SampleMeshes(samples) for name, samples in sets.items()}
     for model, op in operators.items():
-        for samples in sets.values():
-            register_meshes(op, samples)
-        report.errors[model] = {name: evaluate_errors(op, samples, batch_size) for name, samples in sets.items()}
+        report.errors[model] = {name: evaluate_errors(op, samples, batch_size, meshes=meshes[name])
+                                for name, samples in sets.items()}
         if any(not math.isfinite(float(e.mean())) for e in report.errors[model].values()):
             raise ValueError(f"model {model!r} gives non-finite errors")
     return report

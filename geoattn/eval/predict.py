@@ -9,8 +9,9 @@ import torch
 
 from ..errors import ChannelError, NonFiniteOutputError
 from ..mesh import from_meshio
+from ..mesh.mesh import Mesh
+from ..operators.wrapper import call_inner
 from ..mesh.validation import located, validate_field, validate_points, validate_weights
-from ..mesh.registry import register_meshes
 
 
 @torch.no_grad()
@@ -31,8 +32,9 @@ def predict_meshio(operator: torch.nn.Module, mesh: meshio.Mesh, fields: str | S
     :class:`~geoattn.errors.NonFiniteOutputError`: nothing non-finite is ever returned.
 
     Args:
-        operator: a trained :class:`~geoattn.train.NormalizedOperator` (or any model with the
-            ``forward(x, pos, weight)`` signature).
+        operator: a trained :class:`~geoattn.operators.NormalizedOperator` (or any operator
+            called ``operator(x, mesh)`` with a :class:`~geoattn.mesh.Mesh`, which is made of
+            ``mesh`` with its cells).
         mesh: the mesh with the input field(s).
         fields: input point field name(s), one or more channels.
         name: name of the output point field (default ``"prediction"``), or one name per output
@@ -53,13 +55,12 @@ def predict_meshio(operator: torch.nn.Module, mesh: meshio.Mesh, fields: str | S
     if params is not None and len(params):
         values = torch.as_tensor(list(params), dtype=dtype)
         data.x = torch.cat([data.x, values.expand(n, -1)], dim=1)  # [N, C_in + P]
-    register_meshes(operator, [data if frame else mesh])  # through ResolvedQuadrature: refine it
     with located(f"in the model's dtype {dtype} (rescale a mesh or field that overflows it)"):
         validate_points(data.pos)
         validate_weights(data.weight, n)
         validate_field(label, data.x, n)
     data = data.to(device)
-    prediction = operator(data.x, data.pos, data.weight)
+    prediction = call_inner(operator, data.x, Mesh.from_sample(data))
     if prediction.shape[0] != n:
         raise ValueError(f"the mesh has {n} points but the model answered on {prediction.shape[0]} nodes")
     bad = ~torch.isfinite(prediction).reshape(n, -1).all(dim=1)

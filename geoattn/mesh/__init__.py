@@ -21,7 +21,6 @@ from .io import (from_meshio, from_pyvista, merge_nodes, read_mesh, read_meshio,
 from .neighbors import knn, knn_graph, radius, radius_graph
 from .partition import Partition, partition, patch_centroids
 from .quadrature import integrate, weighted_mean
-from .registry import MeshRegistered, mesh_key, register_meshes
 from .surface import orient_surface, surface_areas, surface_lumped_mass
 from .symmetry import Isometry, augment, check_symmetry, dihedral
 from .validation import (validate_cells, validate_field, validate_mesh, validate_sample,
@@ -44,7 +43,6 @@ __all__ = [
     "Layout",
     "Mesh",
     "MeshData",
-    "MeshRegistered",
     "Partition",
     "augment",
     "check_symmetry",
@@ -58,7 +56,6 @@ __all__ = [
     "knn_weights",
     "lumped_mass",
     "merge_nodes",
-    "mesh_key",
     "node_average_weights",
     "orient_cells",
     "orient_surface",
@@ -71,7 +68,6 @@ __all__ = [
     "radius_graph",
     "read_mesh",
     "read_meshio",
-    "register_meshes",
     "save_meshio",
     "signed_volumes",
     "surface_areas",

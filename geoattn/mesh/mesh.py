@@ -137,7 +137,7 @@ class Mesh:
             raise ValueError("Mesh.batch needs at least one mesh")
         if len(meshes) == 1 and meshes[0].layout.num_graphs == 1:
             return meshes[0]
-        flat = [m for mesh in meshes for m in (mesh.members or (mesh,))]
+        flat = [m for mesh in meshes for m in mesh.graphs()]
         counts = tuple(m.num_nodes for m in flat)
         pos = torch.cat([m.pos for m in flat])
         weight = torch.cat([m.weight for m in flat])
@@ -233,7 +233,7 @@ class Mesh:
             return Mesh(isometry(self.pos), self.weight, self.cells, batch=self._batch,
                         layout=self.layout, members=members)
 
-        return self.cached(("moved", isometry), move)
+        return self.cached(("moved", value_key(isometry)), move)
 
     def refined(self, size: float) -> tuple[Mesh, torch.Tensor]:
         """This triangle mesh refined until no edge is longer than ``size``
@@ -262,6 +262,28 @@ class Mesh:
         cells = "" if self.cells is None else f", cells={tuple(self.cells.shape)}"
         graphs = "" if self.num_graphs == 1 else f", graphs={self.num_graphs}"
         return f"Mesh(nodes={self.num_nodes}, dim={self.dim}{cells}{graphs})"
+
+
+def value_key(obj) -> Hashable:
+    """A hashable key naming ``obj`` by its value: ``obj`` itself if hashable, else its type and
+    its attributes' values (arrays as tuples), e.g. an :class:`~geoattn.mesh.Isometry` by its
+    matrix and centre, so that equal isometries share one image of a mesh."""
+    try:
+        hash(obj)
+        return obj
+    except TypeError:
+        pass
+
+    def value(v):
+        try:
+            hash(v)
+            return v
+        except TypeError:
+            import numpy as np
+
+            return tuple(np.asarray(v, dtype=np.float64).ravel().tolist())
+
+    return (type(obj).__name__, *(value(v) for v in vars(obj).values()))
 
 
 def as_mesh(mesh, weight: torch.Tensor | None = None, batch: torch.Tensor | None = None,

@@ -84,9 +84,6 @@ class NeuralOperator(nn.Module):
     """
 
     model_name: str = ""
-    #: Meshes whose per-mesh structures (radius graphs, patch stencils) a model keeps
-    #: (:class:`~geoattn.mesh.cache.StructureCache`; ``0``: rebuild them in every forward pass).
-    cache_size: int = 8
     hparams: dict[str, Any]
 
     def __init_subclass__(cls, name: str | None = None, **kwargs):
@@ -119,6 +116,8 @@ class NeuralOperator(nn.Module):
         if not self._takes_mesh:  # a forward written for (x, pos, weight, batch)
             if query is not None:
                 kwargs.update(pos_query=query.pos, batch_query=query.batch_vector)
+                if not query.memo.get("weights_unknown"):
+                    kwargs.update(weight_query=query.weight)
             return super().__call__(x, mesh.pos, mesh.weight, mesh.batch_vector, **kwargs)
         if kwargs:
             raise TypeError(f"{type(self).__name__}: unexpected keyword argument(s) {sorted(kwargs)}; "

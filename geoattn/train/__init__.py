@@ -1,20 +1,23 @@
-"""Training: weighted losses and normalisers, checkpoints, and the training loop."""
+"""Training: weighted losses, checkpoints, and the training loop.
 
+The operators that stand in for a model (:class:`NormalizedOperator`, :class:`RefinedOperator`,
+:class:`SymmetrizedOperator`, :class:`Ensemble`) live in :mod:`geoattn.operators` and are
+re-exported here.
+"""
+
+from ..operators import (Ensemble, GaussianNormalizer, NormalizedOperator, RefinedOperator,
+                         ResolvedQuadrature, SymmetrizedOperator, symmetrize, training_size)
 from .checkpoint import load_checkpoint, load_operator, operator_payload, save_checkpoint
 from .distributed import init_distributed
-from .ensemble import Ensemble, load_ensemble, load_trained, train_ensemble
+from .ensemble import load_ensemble, load_trained, train_ensemble
 from .loss import relative_h1, relative_l2
-from .normalizer import GaussianNormalizer
-from .operator import NormalizedOperator
-from ..mesh.registry import register_meshes
-from .resolved import ResolvedQuadrature, training_size
-from .symmetrized import SymmetrizedOperator, symmetrize
 from .trainer import Trainer, evaluate_errors, sample_errors
 
 __all__ = [
     "Ensemble",
     "GaussianNormalizer",
     "NormalizedOperator",
+    "RefinedOperator",
     "ResolvedQuadrature",
     "SymmetrizedOperator",
     "Trainer",
@@ -25,7 +28,6 @@ __all__ = [
     "load_operator",
     "load_trained",
     "operator_payload",
-    "register_meshes",
     "relative_h1",
     "relative_l2",
     "sample_errors",

@@ -34,8 +34,8 @@ from ..atomic import atomic_path
 from ..errors import CheckpointError, OutputError
 from ..models import build_model
 from ..paths import symlink_loop
-from .operator import NormalizedOperator
-from .resolved import ResolvedQuadrature
+from ..operators.normalized import NormalizedOperator
+from ..operators.refined import RefinedOperator
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +83,12 @@ def check_writable(path: str | Path, folder: bool = False) -> Path:
 
 def operator_payload(operator: NormalizedOperator) -> dict[str, Any]:
     """The part of a checkpoint that rebuilds ``operator``: model name, arguments and weights, and
-    for a model trained through :class:`~geoattn.train.ResolvedQuadrature` its size (entry
-    ``"resolve"``; the meshes are registered again when it is evaluated)."""
+    for a model trained through :class:`~geoattn.operators.RefinedOperator` its size (entry
+    ``"resolve"``)."""
     model, extra = operator.model, {}
-    if isinstance(model, ResolvedQuadrature):
+    if isinstance(model, RefinedOperator):
         if not hasattr(model.op, "model_name"):
-            raise TypeError("a checkpoint holds a registered model inside ResolvedQuadrature, got "
+            raise TypeError("a checkpoint holds a registered model inside RefinedOperator, got "
                             f"{type(model.op).__name__}")
         model, extra = model.op, {"resolve": {"size": model.size}}
     return {"format": FORMAT, "version": VERSION, "model": model.model_name,
@@ -195,13 +195,13 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", 
 
 def load_operator(path: str | Path, map_location: str | torch.device = "cpu") -> NormalizedOperator:
     """Rebuild the trained model (with its normalisers) stored in a checkpoint, in eval mode
-    (a model trained through :class:`~geoattn.train.ResolvedQuadrature` inside one with no
-    meshes registered yet: :func:`~geoattn.train.register_meshes` adds them)."""
+    (a model trained through :class:`~geoattn.operators.RefinedOperator` inside one, of the
+    stored size)."""
     payload = load_checkpoint(path, map_location)
     try:
         model = build_model(payload["model"], **payload["model_kwargs"])
-        if "resolve" in payload:  # trained through ResolvedQuadrature: its meshes come when evaluated
-            model = ResolvedQuadrature(model, (), payload["resolve"]["size"])
+        if "resolve" in payload:  # trained through RefinedOperator (ResolvedQuadrature)
+            model = RefinedOperator(model, payload["resolve"]["size"])
         operator = NormalizedOperator(model, unweighted=payload.get("unweighted", False))
         operator.load_state_dict(payload["state_dict"])
     except (KeyError, TypeError, ValueError, RuntimeError) as err:

@@ -7,9 +7,7 @@ the training samples leave the map undetermined. Their mean,
     \bar{\mathcal G}(a) = \frac{1}{K} \sum_{k=1}^K \mathcal G_k(a),
 
 is never worse in mean square than the members' average error (Jensen), and gains most where a
-model is limited by its samples rather than by its training steps: with 100 Darcy samples on
-the holed disk, three ``mesh_fno`` trained for a third of the budget each have 5–7 % less error
-than one trained for all of it (``docs/benchmarks.md``). Each member is an operator on every mesh, so the
+model is limited by its samples rather than by its training steps. Each member is an operator on every mesh, so the
 mean is too, and it keeps the members' invariance under mesh changes. The members' standard
 deviation at each node (:meth:`Ensemble.spread`) says where they disagree.
 """
@@ -23,65 +21,10 @@ import torch
 from torch import nn
 
 from ..errors import CheckpointError, ConfigError
+from ..operators.ensemble import Ensemble
+from ..operators.normalized import NormalizedOperator
 from .checkpoint import load_checkpoint, load_operator
-from .operator import NormalizedOperator
 from .trainer import LAST, Trainer
-from .wrapper import WrappedOperator
-
-
-class Ensemble(WrappedOperator):
-    """The mean of the outputs of ``members``, operators of one contract.
-
-    Args:
-        members: at least one operator ``op(x, pos, weight, batch) -> [N, C_out]`` (models, or
-            :class:`~geoattn.train.NormalizedOperator`), all of the same input and output channels
-            and spatial dimension.
-
-    ``forward(x, pos, weight, batch=None)`` returns the mean of the members' outputs ``[N, C_out]``;
-    :meth:`spread` their standard deviation. The cost is the members' together.
-
-    Raises:
-        ConfigError: no members, or members of different channels or dimension.
-    """
-
-    def __init__(self, members: Sequence[nn.Module]):
-        super().__init__()
-        members = list(members)
-        if not members:
-            raise ConfigError("an ensemble needs at least one member")
-        self.members = nn.ModuleList(members)
-        contract = [(m, self._contract(m)) for m in members]
-        for m, c in contract[1:]:
-            if c != contract[0][1]:
-                raise ConfigError(f"ensemble members differ: (in_channels, out_channels, dim) = {contract[0][1]} "
-                                  f"for {type(contract[0][0]).__name__}, {c} for {type(m).__name__}")
-
-    @staticmethod
-    def _contract(op: nn.Module) -> tuple:
-        model = getattr(op, "model", op)
-        return tuple(getattr(model, k, None) for k in ("in_channels", "out_channels", "dim"))
-
-    @property
-    def op(self) -> nn.Module:  # the contract (channels, dimension, checks) is the first member's
-        return self.members[0]
-
-    def outputs(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                batch: torch.Tensor | None = None) -> torch.Tensor:
-        """Every member's output, ``[K, N, C_out]``."""
-        return torch.stack([m(x, pos, weight, batch) for m in self.members])
-
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                batch: torch.Tensor | None = None) -> torch.Tensor:
-        return self.outputs(x, pos, weight, batch).mean(0)
-
-    def spread(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-               batch: torch.Tensor | None = None) -> torch.Tensor:
-        """The members' standard deviation at every node, ``[N, C_out]`` (over ``K``, not
-        ``K - 1``: zero for one member)."""
-        return self.outputs(x, pos, weight, batch).std(0, correction=0)
-
-    def __len__(self) -> int:
-        return len(self.members)
 
 
 def train_ensemble(make: Callable[[], nn.Module], train: Sequence, val: Sequence | None = None, *,

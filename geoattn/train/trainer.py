@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import itertools
 import logging
 import math
 import os
@@ -30,14 +29,15 @@ import torch.distributed as dist
 
 from ..errors import ChannelError, ConfigError, FieldLengthError, FrameError, NonFiniteLossError
 from ..locking import hold
-from ..mesh.registry import register_meshes
+from ..mesh.mesh import Mesh
 from ..mesh.validation import located, validate_sample
+from ..operators.normalized import NormalizedOperator
+from ..operators.wrapper import call_inner, fit_model_mesh
 from ..optional import progress as progress_bar
 from ..optional import require
 from .checkpoint import atomic_path, load_checkpoint, operator_payload, save_checkpoint
-from .loader import EpochBatches, batch_loader, collate
+from .loader import EpochBatches, SampleMeshes, batch_loader, collate
 from .loss import relative_h1, relative_l2
-from .operator import NormalizedOperator
 
 log = logging.getLogger(__name__)
 
@@ -94,14 +94,19 @@ def check_precision(precision: str, device: torch.device) -> torch.dtype | None:
 
 
 def sample_errors(operator: torch.nn.Module, batch, h1: bool = False, *,
-                  autocast: torch.dtype | None = None) -> torch.Tensor:
+                  autocast: torch.dtype | None = None, mesh: Mesh | None = None) -> torch.Tensor:
     """Per-sample relative :math:`L^2` (or :math:`H^1`) errors ``[B]`` of ``operator`` on a batch.
 
-    With ``autocast`` (``torch.bfloat16`` or ``torch.float16``) the operator runs under
-    :func:`torch.autocast` in that dtype; the errors are computed in the target's dtype.
+    The operator is called as ``operator(batch.x, mesh)`` (:func:`~geoattn.operators.wrapper.call_inner`), ``mesh`` the batch's
+    :class:`~geoattn.mesh.Mesh` (default: a new one made of the batch,
+    :meth:`~geoattn.mesh.Mesh.from_sample`). With ``autocast`` (``torch.bfloat16`` or
+    ``torch.float16``) the operator runs under :func:`torch.autocast` in that dtype; the errors
+    are computed in the target's dtype.
     """
+    if mesh is None:
+        mesh = Mesh.from_sample(batch)
     with torch.autocast(batch.pos.device.type, dtype=autocast, enabled=autocast is not None):
-        pred = operator(batch.x, batch.pos, batch.weight, batch.batch)
+        pred = call_inner(operator, batch.x, mesh)
     pred = pred.to(batch.y.dtype)
     if h1:
         return relative_h1(pred, batch.y, batch.pos, batch.weight, batch.cells, batch.batch,
@@ -111,8 +116,12 @@ def sample_errors(operator: torch.nn.Module, batch, h1: bool = False, *,
 
 @torch.no_grad()
 def evaluate_errors(operator: NormalizedOperator, samples: Sequence, batch_size: int = 4,
-                    h1: bool = False) -> torch.Tensor:
+                    h1: bool = False, meshes: SampleMeshes | None = None) -> torch.Tensor:
     """Relative errors ``[S]`` of ``operator`` on every sample (eval mode, no gradients).
+
+    The operator gets each batch's :class:`~geoattn.mesh.Mesh` from ``meshes`` (a
+    :class:`~geoattn.train.loader.SampleMeshes` of ``samples``; default: a new one), one per
+    distinct mesh of the samples.
 
     A batch that runs the GPU out of memory is tried again in halves, down to one sample at a
     time (logged; the errors are per sample, so they do not depend on the batch size): a model
@@ -121,12 +130,17 @@ def evaluate_errors(operator: NormalizedOperator, samples: Sequence, batch_size:
     was_training = operator.training
     operator.eval()
     device = next(operator.parameters()).device
+    meshes = SampleMeshes(samples) if meshes is None else meshes
     errors, start, size = [], 0, max(1, batch_size)
     try:
         while start < len(samples):
-            batch = [samples[j] for j in range(start, min(start + size, len(samples)))]
+            ids = range(start, min(start + size, len(samples)))
+            batch = [samples[j] for j in ids]
+            for j, d in zip(ids, batch):
+                meshes.add(j, d)
+            mesh = meshes.batch(list(ids)).to(device)
             try:
-                errors.append(sample_errors(operator, collate(batch, h1).to(device), h1))
+                errors.append(sample_errors(operator, collate(batch, h1).to(device), h1, mesh=mesh))
             except torch.OutOfMemoryError:
                 if size == 1:
                     raise
@@ -143,13 +157,16 @@ def evaluate_errors(operator: NormalizedOperator, samples: Sequence, batch_size:
 
 
 def validate_samples(samples: Sequence, model: torch.nn.Module, name: str = "training",
-                     h1: bool = False, *, frame: tuple | None | str = "first") -> None:
+                     h1: bool = False, *, frame: tuple | None | str = "first",
+                     meshes: SampleMeshes | None = None) -> None:
     """Check every sample once before training: the fields a step needs (``x``, ``y``,
     ``weight``, and ``cells`` with ``h1=True``), :func:`~geoattn.mesh.validate_sample` without the
     geometric mesh checks (finite values, valid weights with a positive total, cells in range and
     not repeated), the model's channels and dimension, a target of non-zero norm, and one
     coordinate frame (``data.frame``, see :func:`~geoattn.mesh.from_meshio`) for all samples:
-    ``frame``'s, or the first sample's with ``frame="first"``.
+    ``frame``'s, or the first sample's with ``frame="first"``. With ``meshes`` (a
+    :class:`~geoattn.train.loader.SampleMeshes` of ``samples``), the mesh of every sample is
+    found in the same pass.
 
     Raises:
         MeshError: the specific error, its message prefixed with ``"{name} sample {i}"``.
@@ -173,6 +190,8 @@ def validate_samples(samples: Sequence, model: torch.nn.Module, name: str = "tra
                 raise ChannelError(f"y has shape {tuple(data.y.shape)} but the model has "
                                    f"{model.out_channels} output channel(s)")
             relative_l2(data.y, data.y, data.weight)  # raises ZeroNormError on an all-zero target
+            if meshes is not None:
+                meshes.add(i, data)
 
 
 def _grad_scaler(enabled: bool):
@@ -332,13 +351,13 @@ class Trainer:
                 "device": str(self.device), "precision": self.precision, "world_size": self.world,
                 "workers": self.workers, "restore_best": self.restore_best}
 
-    def _errors(self, model: torch.nn.Module, batch) -> torch.Tensor:
+    def _errors(self, model: torch.nn.Module, batch, mesh: Mesh | None = None) -> torch.Tensor:
         """:func:`sample_errors` at the trainer's precision; a model whose operations have no
         kernel in that precision is a :class:`ConfigError` naming it."""
         if self.autocast is None:
-            return sample_errors(model, batch, self.h1)
+            return sample_errors(model, batch, self.h1, mesh=mesh)
         try:
-            return sample_errors(model, batch, self.h1, autocast=self.autocast)
+            return sample_errors(model, batch, self.h1, autocast=self.autocast, mesh=mesh)
         except (RuntimeError, NotImplementedError) as err:
             if "out of memory" in str(err):
                 raise
@@ -397,19 +416,19 @@ class Trainer:
             got = "an empty one" if hasattr(train, "__len__") else f"a {type(train).__name__}"
             raise ConfigError(f"Trainer.fit needs a sequence (a list or a dataset) of at least one "
                               f"training sample, got {got}; nothing was trained or written")
-        validate_samples(train, op.model, "training", self.h1)
+        # one Mesh per distinct mesh of the samples, found while they are checked and kept for
+        # every step (the structure operators build on a mesh lives in its memo)
+        train_meshes = SampleMeshes(train)
+        validate_samples(train, op.model, "training", self.h1, meshes=train_meshes)
         frame = getattr(train[0], "frame", None)
+        val_meshes = SampleMeshes(val) if val else None
         if val:
-            validate_samples(val, op.model, "validation", self.h1, frame=frame)
+            validate_samples(val, op.model, "validation", self.h1, frame=frame, meshes=val_meshes)
         if hasattr(op, "record_frame"):
             op.record_frame(frame)
         device = self.device
-        # the meshes of models that need their cells (read only for such a model), before
-        # fit_mesh: a ResolvedQuadrature fits its model on the refined training mesh
-        register_meshes(op, itertools.chain(train, val or []))
-        if hasattr(op.model, "fit_mesh"):
-            cells = getattr(train[0], "cells", None)
-            op.model.fit_mesh(train[0].pos, train[0].weight, cells if torch.is_tensor(cells) else None)
+        # a RefinedOperator fits its model on the refined training mesh
+        fit_model_mesh(op.model, train_meshes[0])
         op.x_normalizer.fit((d.x, d.weight) for d in train)
         op.y_normalizer.fit((d.y, d.weight) for d in train)
         op.to(device)
@@ -453,9 +472,9 @@ class Trainer:
                 batches.epoch = epoch
                 op.train()
                 total = torch.zeros(2, dtype=torch.float64, device=device)  # [sum of errors, count]
-                for step, batch in enumerate(loader):
+                for step, (ids, batch) in enumerate(loader):
                     batch = batch.to(device, non_blocking=pin)
-                    errors = self._errors(step_model, batch)
+                    errors = self._errors(step_model, batch, train_meshes.batch(ids).to(device))
                     loss = errors.mean()  # quadrature-ok: mean over samples
                     if not torch.isfinite(loss):
                         where = f"; the last good checkpoint is {last}" if last is not None and last.exists() else ""
@@ -480,7 +499,7 @@ class Trainer:
                 row = {"epoch": epoch, "train": float(total[0] / total[1]), "val": math.nan,
                        "lr": schedule.get_last_lr()[0], "seconds": time.perf_counter() - tic}
                 if val:
-                    row["val"] = float(evaluate_errors(op, val, self.batch_size, self.h1).mean())  # quadrature-ok: over samples
+                    row["val"] = float(evaluate_errors(op, val, self.batch_size, self.h1, val_meshes).mean())  # quadrature-ok: over samples
                 self.history.append(row)
                 score = row["val"] if val else row["train"]
                 payload = {**operator_payload(op), "trainer": self.settings}

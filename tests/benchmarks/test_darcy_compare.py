@@ -10,7 +10,7 @@ import torch
 from scipy.spatial import Delaunay
 
 from geoattn.data.darcy import darcy_samples
-from geoattn.mesh import families, from_meshio
+from geoattn.mesh import Mesh, families, from_meshio
 from geoattn.train import NormalizedOperator, relative_l2, symmetrize
 
 
@@ -322,8 +322,9 @@ def test_supersampled_run_refines_the_geoattn_models_meshes_only(script, meshes,
     ops = results["lognormal"]["operators"]
     assert isinstance(ops["mesh_fno"].model, ResolvedQuadrature)
     assert ops["mesh_fno"].model.op.hparams["modes"] == 2
-    fine = {len(fine_pos) for _, fine_pos, _, _ in ops["mesh_fno"].model.structures.values()}
-    assert len(families.refine(meshes.benchmark_meshes(6)["train"], 1).points) in fine
+    train = Mesh.from_meshio(meshes.benchmark_meshes(6)["train"])
+    fine = train.refined(ops["mesh_fno"].model.size)[0]
+    assert fine.num_nodes == len(families.refine(meshes.benchmark_meshes(6)["train"], 1).points)
     if "neuralop-fno" in ops:
         assert not isinstance(ops["neuralop-fno"].model, ResolvedQuadrature)
     for bad in (["--supersample", "0"], ["--supersample", "2", "--resolve-quadrature"]):
@@ -336,30 +337,29 @@ def test_mixed_resolution_trains_on_both_meshes_and_scores_on_the_mesh_as_is(scr
     ResolvedQuadrature's output (on the refined mesh, read at the data's nodes), the others the
     model's on the mesh as it is; in evaluation always the latter. ``--mix-resolution`` outside
     [0, 1] or with ``--supersample`` is refused."""
-    from geoattn.eval import ResolvedQuadrature
     from geoattn.models import build_model
+    from geoattn.operators import RefinedOperator
 
-    mesh = meshes.benchmark_meshes(6)["train"]
-    data = from_meshio(mesh)
-    x = torch.randn(len(data.pos), 1)
+    mesh = Mesh.from_meshio(meshes.benchmark_meshes(6)["train"])
+    x = torch.randn(mesh.num_nodes, 1)
     torch.manual_seed(0)
     model = build_model("tno", in_channels=1, out_channels=1, dim=2, width=8, depth=1)
     size = race.supersampled_size(6, supersample=2)
-    resolved = ResolvedQuadrature(model, [mesh], size)
+    resolved = RefinedOperator(model, size)
     with torch.no_grad():
-        coarse, fine = model(x, data.pos, data.weight), resolved(x, data.pos, data.weight)
+        coarse, fine = model(x, mesh), resolved(x, mesh)
         assert (coarse - fine).abs().max() > 1e-4  # the two discretisations differ
         for fraction, want in ((0.0, coarse), (1.0, fine)):
-            mixed = race.MixedResolution(model, [mesh], size, fraction)
-            torch.testing.assert_close(mixed.train()(x, data.pos, data.weight), want)
-            torch.testing.assert_close(mixed.eval()(x, data.pos, data.weight), coarse)
-        mixed = race.MixedResolution(model, [mesh], size, 0.5).train()
-        outs = [mixed(x, data.pos, data.weight) for _ in range(40)]
+            mixed = race.MixedResolution(model, size, fraction)
+            torch.testing.assert_close(mixed.train()(x, mesh), want)
+            torch.testing.assert_close(mixed.eval()(x, mesh), coarse)
+        mixed = race.MixedResolution(model, size, 0.5).train()
+        outs = [mixed(x, mesh) for _ in range(40)]
         picked_fine = sum(bool(torch.equal(o, fine)) for o in outs)
         assert sum(bool(torch.equal(o, coarse)) for o in outs) + picked_fine == 40
         assert 8 <= picked_fine <= 32  # Binomial(40, 1/2): outside with probability 2e-5
     with pytest.raises(ValueError, match="fraction"):
-        race.MixedResolution(model, [mesh], size, 1.5)
+        race.MixedResolution(model, size, 1.5)
     results = script.main(["--scale", "tiny", "--families", "lognormal", "--models", "mesh_fno",
                            "--mix-resolution", "0.5"])
     op = results["lognormal"]["operators"]["mesh_fno"].model

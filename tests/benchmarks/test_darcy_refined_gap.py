@@ -3,6 +3,8 @@
 import pytest
 import torch
 
+from geoattn.mesh import Mesh
+
 SCRIPT = "darcy_refined_gap"  # the ``script`` fixture (conftest.py)
 
 
@@ -16,7 +18,7 @@ def samples(script):
 
 def test_identity_changes_nothing_at_the_old_nodes(script, samples):
     coarse, fine = samples
-    scores = script.gap(lambda x, pos, weight: x, coarse, fine)
+    scores = script.gap(lambda x, mesh: x, coarse, fine)
     assert scores["refined vs coarse output at old nodes"] == 0.0
     # the coefficient at the new nodes is not the linear interpolant of the old ones
     assert scores["coefficient difference"] > 1e-3
@@ -27,14 +29,14 @@ def test_identity_changes_nothing_at_the_old_nodes(script, samples):
 
 def test_a_function_of_position_alone_has_no_gap_from_the_input(script, samples):
     coarse, fine = samples
-    smooth = lambda x, pos, weight: (1 + pos[:, :1] * (1 - pos[:, 1:])).to(x.dtype)  # noqa: E731
+    smooth = lambda x, mesh: (1 + mesh.pos[:, :1] * (1 - mesh.pos[:, 1:])).to(x.dtype)  # noqa: E731
     scores = script.gap(smooth, coarse, fine)
     assert scores["refined vs coarse output at old nodes"] == 0.0
     assert scores["coarse input"] == scores["refined"]
     # linear interpolation of a bilinear function on the coarse mesh: close to, not equal to, exact
     assert scores["coarse run"] == pytest.approx(scores["refined"], rel=0.2)
     # the old nodes' error is that of the training mesh's nodes, against the refined targets
-    own = [script.relative(smooth(f.x, f.pos, f.weight), f.y, f.weight, slice(0, c.num_nodes))
+    own = [script.relative(smooth(f.x, Mesh.from_sample(f)), f.y, f.weight, slice(0, c.num_nodes))
            for c, f in zip(coarse, fine)]
     assert scores["old nodes"] == pytest.approx(sum(own) / len(own), rel=1e-12)
 

@@ -233,7 +233,8 @@ def test_supersampled_training_round_trips_through_evaluate_and_predict(trained,
     training mesh refined to half its longest edge), stores the edge, and `evaluate` / `predict`
     refine their meshes to it: their numbers equal the trained operator's on the same meshes."""
     from geoattn.data.dataset import DarcyDataset
-    from geoattn.train import ResolvedQuadrature, register_meshes, training_size
+    from geoattn.mesh import Mesh
+    from geoattn.train import ResolvedQuadrature, training_size
     from geoattn.train.trainer import evaluate_errors
 
     tmp, data = trained
@@ -249,7 +250,6 @@ def test_supersampled_training_round_trips_through_evaluate_and_predict(trained,
     assert main(["evaluate", str(out / "last.pt"), str(data), "--out", str(tmp_path / "ev")]) == 0
     with open(tmp_path / "ev" / "crossmesh.csv") as fh:
         table = {row["mesh"]: float(row["mean"]) for row in csv.DictReader(fh)}
-    register_meshes(op, [train[0], DarcyDataset(data, mesh="graded")[0]])
     for name in ("train", "graded"):
         assert table[name] == pytest.approx(float(evaluate_errors(op, DarcyDataset(data, mesh=name)).mean()),
                                             rel=1e-5)
@@ -260,7 +260,7 @@ def test_supersampled_training_round_trips_through_evaluate_and_predict(trained,
                  "--field", "a", "-o", str(tmp_path / "pred.vtu")]) == 0
     d = read_mesh(tmp_path / "in.vtu", x="a")
     with torch.no_grad():
-        expected = op(d.x, d.pos, d.weight)
+        expected = op(d.x, Mesh.from_sample(d))  # the Mesh with its cells, to refine
     assert torch.allclose(read_mesh(tmp_path / "pred.vtu", x="prediction").x, expected, rtol=1e-5, atol=1e-6)
 
     # resuming keeps the stored edge; another factor is refused, as are bad values
@@ -317,7 +317,8 @@ def test_a_folder_of_members_evaluates_and_predicts_as_their_mean(trained, tmp_p
     each mesh it is given) are scored and predicted from FOLDER as their mean; a folder with no
     members is refused in one line."""
     from geoattn.data import DarcyDataset
-    from geoattn.train import Ensemble, evaluate_errors, load_trained, register_meshes
+    from geoattn.mesh import Mesh
+    from geoattn.train import Ensemble, evaluate_errors, load_trained
 
     _, data = trained
     config = tmp_path / "c.toml"
@@ -337,7 +338,6 @@ def test_a_folder_of_members_evaluates_and_predicts_as_their_mean(trained, tmp_p
     ds = DarcyDataset(data, mesh="graded")
     graded = [ds[i] for i in range(len(ds))]
     ours = Ensemble(members)
-    register_meshes(ours, graded[:1])  # every member's ResolvedQuadrature
     assert scored["graded"] == pytest.approx(float(evaluate_errors(ours, graded).mean()), rel=1e-4)
 
     mesh = meshio.read("meshes/square_graded.vtu")
@@ -346,9 +346,8 @@ def test_a_folder_of_members_evaluates_and_predicts_as_their_mean(trained, tmp_p
     assert main(["predict", "--checkpoint", str(tmp_path / "ens"), "--mesh", str(tmp_path / "in.vtu"),
                  "--field", "a", "-o", str(tmp_path / "out.vtu")]) == 0
     sample = read_mesh(tmp_path / "in.vtu", x="a")
-    register_meshes(ours, [sample])
     with torch.no_grad():
-        expected = ours(sample.x, sample.pos, sample.weight)
+        expected = ours(sample.x, Mesh.from_sample(sample))  # the Mesh with its cells, to refine
     torch.testing.assert_close(read_mesh(tmp_path / "out.vtu", x="prediction").x, expected, rtol=1e-5, atol=1e-6)
 
     (tmp_path / "empty").mkdir()
@@ -404,12 +403,11 @@ def test_train_ensemble_writes_members_that_equal_single_runs_with_their_seeds(t
 
 
 def test_a_model_that_needs_its_meshes_trains_evaluates_and_predicts(trained, tmp_path, capsys):
-    """`mesh_fno` with `quadrature = "p1"` (config): the trainer registers the training mesh,
-    `evaluate` the dataset's meshes and `predict` the mesh file; each equals scoring the loaded
-    model on meshes registered by hand."""
+    """`mesh_fno` with `quadrature = "p1"` (config) trains, `evaluate`s the dataset's meshes and
+    `predict`s the mesh file (every operator gets a Mesh with its cells); each equals scoring the
+    loaded model by hand."""
     from geoattn.data.dataset import DarcyDataset
-    from geoattn.errors import MeshMismatchError
-    from geoattn.mesh import register_meshes
+    from geoattn.mesh import Mesh
     from geoattn.train.trainer import evaluate_errors
 
     _, data = trained
@@ -424,9 +422,6 @@ def test_a_model_that_needs_its_meshes_trains_evaluates_and_predicts(trained, tm
     op = load_operator(tmp_path / "out" / "last.pt")
     assert op.model.quadrature == "p1"
     graded = DarcyDataset(data, mesh="graded")
-    with pytest.raises(MeshMismatchError, match="register"):
-        evaluate_errors(op, graded)
-    register_meshes(op, [graded[0]])
     assert table["graded"] == pytest.approx(float(evaluate_errors(op, graded).mean()), rel=1e-5)
     mesh = meshio.read("meshes/square_graded.vtu")
     mesh.point_data = {"a": np.exp(np.sin(3 * mesh.points[:, 0]) * mesh.points[:, 1])}
@@ -435,5 +430,5 @@ def test_a_model_that_needs_its_meshes_trains_evaluates_and_predicts(trained, tm
                  "--field", "a", "-o", str(tmp_path / "out.vtu")]) == 0
     sample = read_mesh(tmp_path / "in.vtu", x="a")
     with torch.no_grad():
-        expected = op(sample.x, sample.pos, sample.weight)
+        expected = op(sample.x, Mesh.from_sample(sample))
     assert torch.allclose(read_mesh(tmp_path / "out.vtu", x="prediction").x, expected, rtol=1e-5, atol=1e-6)

@@ -5,9 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from geoattn.errors import MeshMismatchError
-from geoattn.eval import ResolvedQuadrature, training_size
-from geoattn.mesh import families, from_meshio
+from geoattn.eval import RefinedOperator, ResolvedQuadrature, training_size
+from geoattn.mesh import Mesh, families, from_meshio
 
 
 def test_resolved_quadrature_reads_the_output_at_the_original_nodes():
@@ -18,8 +17,9 @@ def test_resolved_quadrature_reads_the_output_at_the_original_nodes():
     meshes = {"train": families.unit_square(6, "irregular"), "graded": families.unit_square(6, "graded")}
     size = training_size(meshes["train"])
     graded = from_meshio(meshes["graded"])
-    pos = torch.cat([graded.pos, graded.pos])
-    batch = torch.repeat_interleave(torch.arange(2), len(graded.pos))
+    one = Mesh.from_sample(graded)
+    mesh = Mesh.batch([one, one])
+    pos, batch = mesh.pos, mesh.batch_vector
     x = torch.cat([graded.pos[:, :1], 2 * graded.pos[:, 1:]])  # two linear inputs
 
     class Pointwise(torch.nn.Module):
@@ -35,21 +35,40 @@ def test_resolved_quadrature_reads_the_output_at_the_original_nodes():
             return (total / torch.zeros_like(total).index_add_(0, batch, weight[:, None]))[batch]
 
     weight = torch.cat([graded.weight, graded.weight])
-    pointwise = ResolvedQuadrature(Pointwise(), meshes.values(), size)
-    torch.testing.assert_close(pointwise(x, pos, weight, batch), Pointwise()(x, pos, weight, batch))
-    mean = ResolvedQuadrature(Mean(), meshes.values(), size)(x, pos, weight, batch)
+    pointwise = RefinedOperator(Pointwise(), size)
+    torch.testing.assert_close(pointwise(x, mesh), Pointwise()(x, pos, weight, batch))
+    mean = RefinedOperator(Mean(), size)(x, mesh)
     assert Mean.seen[-1] > len(pos)  # the refined nodes of both graphs
     torch.testing.assert_close(mean[0], torch.tensor([0.5]))  # mean of x over the unit square
     torch.testing.assert_close(mean[-1], torch.tensor([1.0]))  # mean of 2y
-    assert len(ResolvedQuadrature(Mean(), meshes.values(), size).structures) == len(meshes)
+    assert ResolvedQuadrature is RefinedOperator  # the former name
+    # the former signature (op, meshes, size) still builds it; the meshes are not needed
+    assert ResolvedQuadrature(Mean(), meshes.values(), size).size == size
 
 
-def test_unregistered_mesh_is_refused():
-    mesh = families.unit_square(4, "irregular")
-    wrapped = ResolvedQuadrature(torch.nn.Identity(), [mesh], training_size(mesh))
-    other = from_meshio(families.unit_square(5, "irregular"))
-    with pytest.raises(MeshMismatchError, match="not given to ResolvedQuadrature"):
-        wrapped(other.pos[:, :1], other.pos, other.weight)
+def test_the_refinement_is_built_once_per_mesh(monkeypatch):
+    """The refined mesh lives in the Mesh's memo: a second call, or another operator of the same
+    size, refines nothing; a mesh without cells is refused with a message naming them."""
+    import geoattn.mesh.mesh as mesh_module
+
+    calls = []
+    plain = mesh_module._refine_one
+    monkeypatch.setattr(mesh_module, "_refine_one", lambda m, size: calls.append(size) or plain(m, size))
+    sample = from_meshio(families.unit_square(5, "irregular"))
+    mesh = Mesh.from_sample(sample)
+    size = training_size(families.unit_square(5, "irregular")) / 2
+    x = sample.pos[:, :1]
+    class Same(torch.nn.Module):
+        def forward(self, x, mesh):
+            return x
+
+    a = RefinedOperator(Same(), size)
+    b = RefinedOperator(Same(), size)
+    for op in (a, a, b):
+        torch.testing.assert_close(op(x, mesh), x)
+    assert calls == [size]
+    with pytest.raises(ValueError, match="cells"):
+        a(x, Mesh(sample.pos, sample.weight))
 
 
 def test_a_trained_operator_on_the_graded_mesh_sees_the_refined_quadrature():
@@ -64,16 +83,16 @@ def test_a_trained_operator_on_the_graded_mesh_sees_the_refined_quadrature():
     model = build_model("tno", in_channels=1, out_channels=1, dim=2, width=8, depth=1, num_heads=2).double()
     sample = from_meshio(graded, dtype=torch.float64)
     x = torch.sin(3 * sample.pos[:, :1]) + sample.pos[:, 1:]
-    wrapped = ResolvedQuadrature(model, [graded], size, dtype=torch.float64)
+    wrapped = RefinedOperator(model, size)
     refined, prolong = refine_to(graded, size)
     fine = from_meshio(refined, dtype=torch.float64)
     by_hand = model(torch.as_tensor(prolong @ x.numpy()), fine.pos, fine.weight)[:len(x)]
-    torch.testing.assert_close(wrapped(x, sample.pos, sample.weight), by_hand)
+    torch.testing.assert_close(wrapped(x, Mesh.from_sample(sample)), by_hand)
     assert not torch.allclose(by_hand, model(x, sample.pos, sample.weight))  # the quadrature matters
 
 
 def test_training_through_the_wrapper_uses_the_refined_training_mesh(tmp_path):
-    """``NormalizedOperator(ResolvedQuadrature(model, ...))`` trains: the model sees the training
+    """``NormalizedOperator(RefinedOperator(model, size))`` trains: the model sees the training
     mesh refined to half its edge (as many nodes as its uniform refinement), the loss is read at
     the data's nodes, the weights move, a patched model's partition is fitted on the refined
     nodes."""
@@ -93,30 +112,29 @@ def test_training_through_the_wrapper_uses_the_refined_training_mesh(tmp_path):
     seen = []
     torch.manual_seed(0)
     model = build_model("mesh_fno", in_channels=1, out_channels=1, width=8, depth=1, modes=2)
-    model.register_forward_pre_hook(lambda m, args: seen.append(len(args[1])))
-    wrapped = ResolvedQuadrature(model, [mesh], size)
+    model.register_forward_pre_hook(lambda m, args: seen.append(len(args[1].pos)))
+    wrapped = RefinedOperator(model, size)
     assert (wrapped.in_channels, wrapped.out_channels, wrapped.dim) == (1, 1, 2)
     op = NormalizedOperator(wrapped)
     before = [p.detach().clone() for p in model.parameters()]
     Trainer(op, tmp_path, epochs=2, batch_size=2, lr=1e-2, progress=False).fit(samples)
     assert set(seen) == {2 * fine_nodes}  # batches of two samples, each on the refined mesh
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
-    assert op(samples[0].x, samples[0].pos, samples[0].weight).shape == (len(samples[0].pos), 1)
+    assert op(samples[0].x, Mesh.from_sample(samples[0])).shape == (len(samples[0].pos), 1)
 
     patched = build_model("vit", in_channels=1, out_channels=1, width=8, depth=1, num_heads=2,
                           num_patches=4)
-    Trainer(NormalizedOperator(ResolvedQuadrature(patched, [mesh], size)), epochs=1, batch_size=2,
+    Trainer(NormalizedOperator(RefinedOperator(patched, size)), epochs=1, batch_size=2,
             progress=False).fit(samples)
     assert len(patched.partition.assignment) == fine_nodes
 
 
-def test_checkpoint_of_a_supersampled_model_rebuilds_it_and_meets_the_meshes_when_evaluated(tmp_path):
-    """The checkpoint holds the model and the size, not the meshes: the loaded operator refuses a
-    mesh until it is registered, then answers as the trained one; cross_mesh_report and
-    predict_meshio register the meshes they are given."""
+def test_checkpoint_of_a_supersampled_model_rebuilds_it_and_answers_on_any_mesh(tmp_path):
+    """The checkpoint holds the model and the size, not the meshes: the loaded operator answers
+    as the trained one on any Mesh with cells, and in cross_mesh_report and predict_meshio."""
     from geoattn.eval import cross_mesh_report, predict_meshio
     from geoattn.models import build_model
-    from geoattn.train import NormalizedOperator, Trainer, load_operator, operator_payload, register_meshes
+    from geoattn.train import NormalizedOperator, Trainer, load_operator, operator_payload
 
     mesh, other = families.unit_square(5, "irregular"), families.unit_square(6, "graded")
     size = training_size(mesh) / 2
@@ -130,30 +148,28 @@ def test_checkpoint_of_a_supersampled_model_rebuilds_it_and_meets_the_meshes_whe
             samples[name].append(d)
     torch.manual_seed(0)
     model = build_model("mesh_fno", in_channels=1, out_channels=1, width=8, depth=1, modes=2)
-    op = NormalizedOperator(ResolvedQuadrature(model, [mesh, other], size))
+    op = NormalizedOperator(RefinedOperator(model, size))
     Trainer(op, tmp_path, epochs=1, batch_size=3, progress=False).fit(samples["train"])
     op.eval()
     payload = operator_payload(op)
     assert payload["model"] == "mesh_fno" and payload["resolve"] == {"size": size}
 
     loaded = load_operator(tmp_path / "last.pt")
-    assert isinstance(loaded.model, ResolvedQuadrature) and loaded.model.size == size
+    assert isinstance(loaded.model, RefinedOperator) and loaded.model.size == size
     d = samples["graded"][0]
-    with pytest.raises(MeshMismatchError, match="not given to ResolvedQuadrature"):
-        loaded(d.x, d.pos, d.weight)
-    register_meshes(loaded, [other])
+    dmesh = Mesh.from_sample(d)
     with torch.no_grad():
-        torch.testing.assert_close(loaded(d.x, d.pos, d.weight), op(d.x, d.pos, d.weight))
+        torch.testing.assert_close(loaded(d.x, dmesh), op(d.x, dmesh))
 
-    fresh = load_operator(tmp_path / "last.pt")  # nothing registered: the report does it
+    fresh = load_operator(tmp_path / "last.pt")
     ours, theirs = (cross_mesh_report({"m": o}, samples) for o in (fresh, op))
     for name in samples:
         torch.testing.assert_close(ours.errors["m"][name], theirs.errors["m"][name])
     fresh = load_operator(tmp_path / "last.pt")
     with torch.no_grad():
-        expected = op(d.x, d.pos, d.weight).numpy()[:, 0]  # one output channel: written as [N]
+        expected = op(d.x, dmesh).numpy()[:, 0]  # one output channel: written as [N]
     point_mesh = meshio.Mesh(other.points, other.cells, point_data={"a": d.x.numpy()})
     np.testing.assert_allclose(predict_meshio(fresh, point_mesh, "a").point_data["prediction"], expected,
                                rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="finite edge length"):
-        ResolvedQuadrature(model, [], 0.0)
+        RefinedOperator(model, 0.0)

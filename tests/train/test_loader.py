@@ -53,8 +53,9 @@ def test_batch_loader_reads_in_the_worker_processes(samples, workers):
         batches.epoch = epoch
         loaded = list(loader)
         expected = list(batches)
-        assert [b.num_graphs for b in loaded] == [len(ids) for ids in expected]
-        for batch, ids in zip(loaded, expected):
+        assert [b.num_graphs for _, b in loaded] == [len(ids) for ids in expected]
+        for (indices, batch), ids in zip(loaded, expected):
+            assert indices.tolist() == ids
             assert torch.equal(batch.x, torch.cat([samples[i].x for i in ids]))
             readers.update(batch.reader.tolist())
     assert readers == ({-1} if workers == 0 else {0, 1})

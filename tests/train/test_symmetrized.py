@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from geoattn.errors import SymmetryError
-from geoattn.mesh import dihedral, families, from_meshio, register_meshes
+from geoattn.mesh import dihedral, families, from_meshio
 from geoattn.mesh.symmetry import Isometry, transform
 from geoattn.models import build_model
-from geoattn.train import NormalizedOperator, ResolvedQuadrature, SymmetrizedOperator, symmetrize, training_size
+from geoattn.train import NormalizedOperator, RefinedOperator, SymmetrizedOperator, symmetrize, training_size
 
 SQUARE = dihedral(4, (0.5, 0.5))
 
@@ -56,15 +56,22 @@ def test_a_batch_is_the_samples_one_by_one():
     torch.testing.assert_close(both, torch.cat([sym(a.x, a.pos, a.weight), sym(b.x, b.pos, b.weight)]))
 
 
-def test_inside_the_resolved_quadrature():
-    """ResolvedQuadrature(SymmetrizedOperator(model)) refines, then averages over the images of the
-    refined mesh: still equivariant, on the registered meshes only."""
-    meshes = [families.unit_square(6, "irregular", seed=0), families.unit_square(6, "graded")]
+@pytest.mark.parametrize("order", ["refined outside", "refined inside"])
+def test_the_wrappers_compose_in_any_order(order):
+    """RefinedOperator(SymmetrizedOperator(model)) and SymmetrizedOperator(RefinedOperator(model)):
+    both run, both are equivariant; nothing is registered, the structure lives on the Mesh."""
+    from geoattn.mesh import Mesh
+
+    size = training_size(families.unit_square(6, "irregular", seed=0)) / 2
     model, s = _model(), _sample("graded")
-    wrapped = ResolvedQuadrature(SymmetrizedOperator(model, SQUARE), meshes, training_size(meshes[0]) / 2,
-                                 dtype=torch.float64)
-    out = wrapped(s.x, s.pos, s.weight)
+    if order == "refined outside":
+        wrapped = RefinedOperator(SymmetrizedOperator(model, SQUARE), size)
+    else:
+        wrapped = SymmetrizedOperator(RefinedOperator(model, size), SQUARE)
+    mesh = Mesh.from_sample(s)
+    out = wrapped(s.x, mesh)
     assert out.shape == (len(s.pos), 1) and torch.isfinite(out).all()
+    torch.testing.assert_close(wrapped(s.x, mesh), out)  # the memo: the same answer again
 
 
 def test_a_set_that_is_not_a_group_is_refused():
@@ -77,40 +84,43 @@ def test_a_set_that_is_not_a_group_is_refused():
     SymmetrizedOperator(_model(), dihedral(1, (0.0, 0.0), -math.pi / 4))  # the L-shape's pair
 
 
-def test_symmetrize_puts_the_average_inside_the_refinement_and_shares_the_parameters():
-    meshes = [families.unit_square(6, "irregular", seed=0), families.unit_square(6, "graded")]
-    size = training_size(meshes[0]) / 2
+def test_symmetrize_wraps_any_operator_and_shares_the_parameters():
+    from geoattn.mesh import Mesh
+    from geoattn.train import Ensemble
+
+    size = training_size(families.unit_square(6, "irregular", seed=0)) / 2
     model, s = _model(), _sample("graded")
-    op = NormalizedOperator(ResolvedQuadrature(model, meshes, size, dtype=torch.float64))
+    op = NormalizedOperator(RefinedOperator(model, size))
     op.x_normalizer.fit([(s.x, s.weight)])
     op.y_normalizer.fit([(s.x ** 2, s.weight)])
     sym = symmetrize(op, SQUARE)
-    assert isinstance(sym, NormalizedOperator) and isinstance(sym.model, ResolvedQuadrature)
-    assert isinstance(sym.model.op, SymmetrizedOperator) and sym.model.op.op is model
-    assert op.model.op is model  # the original is untouched
+    assert isinstance(sym, SymmetrizedOperator) and sym.op is op and op.model.op is model
     assert {id(p) for p in sym.parameters()} == {id(p) for p in op.parameters()}
-    assert sym.model.structures is op.model.structures  # the meshes registered once, recognised
-    built = NormalizedOperator(ResolvedQuadrature(SymmetrizedOperator(model, SQUARE), meshes, size,
-                                                  dtype=torch.float64))
+    mesh = Mesh.from_sample(s)
+    built = NormalizedOperator(RefinedOperator(SymmetrizedOperator(model, SQUARE), size))
     built.x_normalizer, built.y_normalizer = op.x_normalizer, op.y_normalizer
-    torch.testing.assert_close(sym(s.x, s.pos, s.weight), built(s.x, s.pos, s.weight))
+    torch.testing.assert_close(sym(s.x, mesh), built(s.x, mesh), rtol=1e-6, atol=1e-8)
     assert isinstance(symmetrize(NormalizedOperator(model), SQUARE), SymmetrizedOperator)
     assert isinstance(symmetrize(model, SQUARE), SymmetrizedOperator)
+    both = symmetrize(Ensemble([model, model]), SQUARE)
+    assert isinstance(both, Ensemble) and all(isinstance(m, SymmetrizedOperator) for m in both.members)
 
 
 @pytest.mark.slow
 def test_a_model_that_needs_its_meshes_gets_their_images():
-    """MeshFNO(quadrature="p1") needs every mesh's triangles: registering a mesh with the average
-    registers its images with the model, and the average stays equivariant."""
+    """MeshFNO(quadrature="p1") needs every mesh's triangles: the images of the Mesh carry them,
+    and the average stays equivariant."""
+    from geoattn.mesh import Mesh
+
     torch.manual_seed(0)
     model = build_model("mesh_fno", in_channels=1, out_channels=1, dim=2, modes=3, width=8, depth=2,
                         quadrature="p1").double()
     s = _sample("graded")
     sym = SymmetrizedOperator(model, SQUARE)
-    register_meshes(sym, [s])
-    out = sym(s.x, s.pos, s.weight)
-    expected = torch.stack([model(s.x, g(s.pos), s.weight) for g in SQUARE]).mean(0)
+    mesh = Mesh.from_sample(s)
+    out = sym(s.x, mesh)
+    expected = torch.stack([model(s.x, mesh.moved(g)) for g in SQUARE]).mean(0)
     torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-12)
-    for g in SQUARE[1:]:  # the images of an image: the registered images, up to rounding
+    for g in SQUARE[1:]:
         image = transform(s, g)
-        torch.testing.assert_close(sym(image.x, image.pos, image.weight), out, rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(sym(image.x, Mesh.from_sample(image)), out, rtol=1e-9, atol=1e-12)

@@ -193,11 +193,11 @@ def test_evaluation_out_of_memory_halves_the_batch(samples, monkeypatch, caplog)
     expected = evaluate_errors(op, samples, batch_size=1)
     plain, sizes = trainer_module.sample_errors, []
 
-    def limited(operator, batch, h1=False):
+    def limited(operator, batch, h1=False, **kwargs):
         sizes.append(int(batch.num_graphs))
         if batch.num_graphs > 2:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return plain(operator, batch, h1)
+        return plain(operator, batch, h1, **kwargs)
 
     monkeypatch.setattr(trainer_module, "sample_errors", limited)
     with caplog.at_level("WARNING", logger="geoattn.train.trainer"):
@@ -206,7 +206,7 @@ def test_evaluation_out_of_memory_halves_the_batch(samples, monkeypatch, caplog)
     assert sizes == [5, 2, 2, 2, 1] and "2 sample(s) at a time" in caplog.text
     assert op.training
 
-    def never(operator, batch, h1=False):
+    def never(operator, batch, h1=False, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
 
     monkeypatch.setattr(trainer_module, "sample_errors", never)

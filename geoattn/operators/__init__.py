@@ -1,0 +1,17 @@
+"""Operators that stand in for a model: normalised, refined, symmetrized, ensembles.
+
+Each is called as the models are, ``op(x, mesh, *, query=None)`` with a
+:class:`~geoattn.mesh.Mesh` (the former ``op(x, pos, weight, batch)`` bridged), calls the operator
+it wraps the same way, and takes its per-mesh structure from the mesh (its memo), so the
+wrappers compose in any order and nothing is registered beforehand.
+"""
+
+from .ensemble import Ensemble
+from .normalized import NormalizedOperator
+from .normalizer import GaussianNormalizer
+from .refined import RefinedOperator, ResolvedQuadrature, training_size
+from .symmetrized import SymmetrizedOperator, symmetrize
+from .wrapper import MeshOperator, WrappedOperator
+
+__all__ = ["Ensemble", "GaussianNormalizer", "MeshOperator", "NormalizedOperator", "RefinedOperator",
+           "ResolvedQuadrature", "SymmetrizedOperator", "WrappedOperator", "symmetrize", "training_size"]
