@@ -381,7 +381,8 @@ def test_coarsened_inputs_interpolate_from_a_subset_of_the_nodes_in_training_onl
     pos, n = data.pos, len(data.pos)
     hook = race.CoarsenedInputs(1.0, least=0.1, pool=8, seed=1)
     hull = np.unique(Delaunay(pos.numpy()).convex_hull)
-    for index, coeff in hook.subsets(pos):
+    mesh = Mesh(pos, data.weight, data.cells)
+    for index, coeff in hook.subsets(mesh):
         kept = np.unique(index.numpy())
         assert set(hull) <= set(kept) and len(kept) < n
         np.testing.assert_allclose(coeff.sum(1).numpy(), 1.0, atol=1e-12)
@@ -391,7 +392,7 @@ def test_coarsened_inputs_interpolate_from_a_subset_of_the_nodes_in_training_onl
         assert set(index[coeff > 0].unique().tolist()) <= set(kept.tolist())  # only kept nodes feed the others
 
     class Echo(torch.nn.Module):  # returns its input: the test sees what the model saw
-        def forward(self, x, pos, weight, batch=None):
+        def forward(self, x, mesh):
             return x
 
     model = Echo()
@@ -399,18 +400,18 @@ def test_coarsened_inputs_interpolate_from_a_subset_of_the_nodes_in_training_onl
     affine = (0.3 + 2.0 * pos[:, :1] - 1.5 * pos[:, 1:]).repeat(1, 2)
     curved = torch.sin(7 * pos[:, :1]) * torch.cos(5 * pos[:, 1:])
     torch.manual_seed(0)
-    torch.testing.assert_close(model.train()(affine, pos, data.weight), affine)
-    seen = model(curved, pos, data.weight)
+    torch.testing.assert_close(model.train()(affine, mesh), affine)
+    seen = model(curved, mesh)
     assert (seen - curved).abs().max() > 1e-2
     assert bool(((seen - curved).abs() < 1e-12).sum() > n // 4)  # the kept nodes keep their values
-    torch.testing.assert_close(model.eval()(curved, pos, data.weight), curved)
+    torch.testing.assert_close(model.eval()(curved, mesh), curved)
     # a batch of three copies: each copy coarsened or not on its own draw
     hook.fraction = 0.5
     model.train()
-    batch = torch.arange(3).repeat_interleave(n)
+    three = Mesh.batch([mesh, mesh, mesh])
     changed = []
     for _ in range(20):
-        out = model(curved.repeat(3, 1), pos.repeat(3, 1), data.weight.repeat(3), batch)
+        out = model(curved.repeat(3, 1), three)
         changed += [bool((part - curved).abs().max() > 1e-12) for part in out.split(n)]
     assert 15 <= sum(changed) <= 45  # Binomial(60, 1/2): outside with probability 1e-4
     assert not any(k for k in model.state_dict())
@@ -448,6 +449,7 @@ def test_symmetries_train_on_every_image_and_score_the_average(script, meshes, r
     training mesh (checked), and each model is also scored averaged over them, which is invariant
     under the symmetries; the holed disk, which has none, is refused."""
     from geoattn.mesh.symmetry import transform
+    from geoattn.operators import RefinedOperator
     from geoattn.train import SymmetrizedOperator
 
     models = ["mesh_fno", *[p for p in _peers() if p == "neuralop-fno"]]
@@ -459,16 +461,15 @@ def test_symmetries_train_on_every_image_and_score_the_average(script, meshes, r
         for key in ("test", "test_reference", "test_symmetrized", "test_reference_symmetrized"):
             assert all(0 < e < 2 for e in row[key].values())
     op = res["operators"]["mesh_fno"]
-    assert len(op.model.structures) == 4 + 7  # the four test meshes and the seven new images of the training mesh
+    assert isinstance(op.model, RefinedOperator)  # --supersample 2
     averaged = symmetrize(op, meshes.SYMMETRIES["square"])
-    assert isinstance(averaged.model.op, SymmetrizedOperator)
+    assert isinstance(averaged, SymmetrizedOperator) and averaged.op is op
     sample = darcy_samples({"graded": meshes.benchmark_meshes(6)["graded"]}, 1, 0, "lognormal",
                            start=race.SCALES["tiny"].n_train)["graded"][0]
     with torch.no_grad():
-        out = averaged.eval()(sample.x, sample.pos, sample.weight)
+        out = averaged.eval()(sample.x, Mesh.from_sample(sample))
         image = transform(sample, meshes.SYMMETRIES["square"][3])
-        op.model.register([image])
-        torch.testing.assert_close(symmetrize(op, meshes.SYMMETRIES["square"])(image.x, image.pos, image.weight),
+        torch.testing.assert_close(symmetrize(op, meshes.SYMMETRIES["square"])(image.x, Mesh.from_sample(image)),
                                    out, rtol=1e-4, atol=1e-6)
     with pytest.raises(SystemExit):
         script.main(["--scale", "tiny", "--domain", "holes", "--symmetries"])
