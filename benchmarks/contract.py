@@ -16,10 +16,14 @@ import argparse
 import collections
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 import torch
+
+from results_page import add_docs_argument, markdown_table, write_page
+from timing import machine
 
 from geoattn import mesh as gmesh
 from geoattn.mesh import families
@@ -123,6 +127,9 @@ def main(argv=None):
     p.add_argument("--out", type=Path)
     p.add_argument("--device", default="cpu")
     p.add_argument("--parts", nargs="+", choices=("breaks", "steps"), default=["breaks", "steps"])
+    p.add_argument("--compare", type=Path, metavar="JSON",
+                   help="results (--out) of the same command on another commit, shown beside")
+    add_docs_argument(p)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     load = os.getloadavg()[0]
@@ -146,7 +153,33 @@ def main(argv=None):
               "load_end": os.getloadavg()[0], "torch": torch.__version__, "models": rows}
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
+    if args.docs:
+        before = json.loads(args.compare.read_text()) if args.compare else None
+        write_page(args.docs, "The operator contract: graph breaks and training-step time (`benchmarks/contract.py`)",
+                   " ".join(["python", "benchmarks/contract.py", *(argv if argv is not None else sys.argv[1:])]),
+                   table(result, before), f"{machine(torch.device(args.device))}; load {load:.1f} at the start, "
+                   f"{result['load_end']:.1f} at the end; torch {torch.__version__}")
     return result
+
+
+def table(after: dict, before: dict | None = None) -> str:
+    """Markdown: graph breaks (one mesh / a batch of 3 meshes) and ms per step, before -> after."""
+    def cell(rows, name, key):
+        row = (rows or {}).get("models", {}).get(name, {})
+        if key == "step":
+            return f"{row['step_ms']:.1f}" if "step_ms" in row else "-"
+        r = row.get("graph_breaks", {}).get(key, {})
+        return str(r.get("breaks", "error" if r else "-"))
+
+    head = ["model", "breaks, one mesh", "breaks, batch of 3 meshes", "ms per step"]
+    rows = []
+    for name in after["models"]:
+        cells = [cell(after, name, k) for k in ("one mesh", "batch of 3 meshes", "step")]
+        if before is not None:
+            cells = [f"{cell(before, name, k)} → {c}" for k, c in zip(("one mesh", "batch of 3 meshes", "step"), cells)]
+        rows.append([name, *cells])
+    note = (f"Before: {before['contract']}; after: {after['contract']}." if before else f"Contract: {after['contract']}.")
+    return markdown_table(head, rows) + "\n\n" + note
 
 
 if __name__ == "__main__":

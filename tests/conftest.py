@@ -2,8 +2,18 @@ import os
 import pathlib
 import signal
 
-import pytest
-import torch
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # one worker per core (``-n 2`` on 2 cores): each worker computes on one thread. Several
+    # threads per worker oversubscribe the cores, and OpenMP's spinning threads then stall small
+    # operations by up to a scheduler slice each (a 1 s test took 50 s that way).
+    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -19,12 +19,13 @@ structure comes from each member's memo.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple
 
 import torch
 
-__all__ = ["Layout", "Mesh", "as_mesh"]
+__all__ = ["Layout", "Mesh", "as_mesh", "tensor_identity", "value_key"]
 
 
 class Layout(NamedTuple):
@@ -286,11 +287,28 @@ def value_key(obj) -> Hashable:
     return (type(obj).__name__, *(value(v) for v in vars(obj).values()))
 
 
+def tensor_identity(t) -> tuple | None:
+    """Which tensor object ``t`` is, as far as its values go: its memory, shape, strides, dtype,
+    device and in-place version (``None`` for ``None``). Equal identities, with the tensors kept
+    alive, mean the same values; a mesh is never recognised by comparing its coordinates."""
+    if not torch.is_tensor(t):
+        return None
+    return (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, str(t.device), t._version)
+
+
+#: Meshes made by :func:`as_mesh` from bare tensors, by the tensors' identities (the tensors kept
+#: alive with them), the most recent last: the former call ``op(x, pos, weight, batch)`` repeated
+#: with the same tensor objects gets the same Mesh, and so its structure, back.
+_BRIDGED: OrderedDict = OrderedDict()
+_BRIDGED_SIZE = 8
+
+
 def as_mesh(mesh, weight: torch.Tensor | None = None, batch: torch.Tensor | None = None,
             cells: torch.Tensor | None = None) -> Mesh:
     """``mesh`` itself if it is a :class:`Mesh`; bare tensors ``(pos, weight, batch)`` (the former
-    operator contract) made into a new :class:`Mesh` (its layout read once; a new mesh has an empty
-    memo, so structure is rebuilt on every such call: keep a :class:`Mesh` to keep it)."""
+    operator contract) made into a :class:`Mesh` (its layout read once). The same tensor objects,
+    unchanged, give the same Mesh back (the last few are kept, see :func:`tensor_identity`);
+    other tensors with equal values give a new one: keep a :class:`Mesh` to keep its structure."""
     if isinstance(mesh, Mesh):
         if weight is not None or batch is not None:
             raise TypeError("pass a Mesh alone: its weights and batch layout are part of it")
@@ -301,7 +319,15 @@ def as_mesh(mesh, weight: torch.Tensor | None = None, batch: torch.Tensor | None
     if weight is None:
         raise TypeError("node coordinates without weights: pass a geoattn.mesh.Mesh(pos, weight), "
                         "or pos and weight")
-    return Mesh(mesh, weight, cells, batch=batch)
+    key = tuple(tensor_identity(t) for t in (mesh, weight, batch, cells))
+    found = _BRIDGED.get(key)
+    if found is None:
+        found = _BRIDGED[key] = ((mesh, weight, batch, cells), Mesh(mesh, weight, cells, batch=batch))
+        while len(_BRIDGED) > _BRIDGED_SIZE:
+            _BRIDGED.popitem(last=False)
+    else:
+        _BRIDGED.move_to_end(key)
+    return found[1]
 
 
 def _refine_one(mesh: Mesh, size: float) -> tuple[Mesh, torch.Tensor]:

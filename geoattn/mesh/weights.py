@@ -8,8 +8,7 @@ smooth integrand (``h`` a mesh size, ``N`` the number of nodes, ``d`` the dimens
 - ``"lumped"``: :math:`w_i = \\int \\varphi_i` (P1/Q1 hat functions); exact for affine ``u``,
   :math:`O(h^2)` for smooth ``u``.
 - ``"voronoi"``: the volume of node ``i``'s Voronoi cell clipped to a box; exact for constants,
-  :math:`O(N^{-1/2-1/d})` or better on i.i.d. random clouds (measured slopes -1.1 to -1.5 in
-  2-D), :math:`O(N^{-2})` in 1-D where it is the trapezoid rule.
+  :math:`O(N^{-1/2-1/d})` or better on i.i.d. random clouds, :math:`O(N^{-2})` in 1-D where it is the trapezoid rule.
 - ``"knn"``: :math:`|B(r_k)|/(k-1)`, ``r_k`` the distance to the ``k``-th neighbour (a density
   estimate); :math:`O(N^{-1/2})` for any smooth sampling density.
 - ``"surface_knn"``: for a point cloud on a surface in 3-D, the area of each node's Voronoi cell

@@ -296,7 +296,7 @@ def _checked_basis(basis: torch.Tensor | None, xi: torch.Tensor, modes: torch.Te
 
 #: finufft's cost per node in a training step (forward and backward), in dense modes: the dense
 #: transforms cost about :math:`N M` and finufft's about :math:`N` times this, whatever ``M``
-#: (measured by ``benchmarks/spectral.py``, see the benchmarks page).
+#: (a crossover set by ``benchmarks/spectral.py``, whose page is ``docs/results/spectral.md``).
 NUFFT_MIN_MODES = 450
 
 #: finufft's fixed cost per segment, in node-mode products: ``backend="auto"`` uses finufft when

@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader
 from torch_geometric.data import Batch
 
 from ..errors import FieldLengthError
-from ..mesh.mesh import Mesh
+from ..mesh.mesh import Mesh, tensor_identity
 
 
 def collate(samples: Sequence, h1: bool = False) -> Batch:
@@ -62,12 +62,6 @@ class Indexed(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int):
         return i, self.samples[i]
-
-
-def _tensor_identity(t) -> tuple | None:
-    if not torch.is_tensor(t):
-        return None
-    return (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, str(t.device))
 
 
 class SampleMeshes:
@@ -109,7 +103,7 @@ class SampleMeshes:
                 return mesh
         cells = getattr(data, "cells", None)
         cells = cells if torch.is_tensor(cells) else None
-        key = (_tensor_identity(data.pos), _tensor_identity(data.weight), _tensor_identity(cells))
+        key = (tensor_identity(data.pos), tensor_identity(data.weight), tensor_identity(cells))
         found = self._groups.get(key)
         if found is None:
             found = self._groups[key] = ((data.pos, data.weight, cells), Mesh(data.pos, data.weight, cells))

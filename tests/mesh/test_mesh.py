@@ -112,3 +112,14 @@ def test_bad_arguments_are_named():
         as_mesh(Mesh(pos, torch.ones(5)), torch.ones(5))
     with pytest.raises(ValueError, match="at least one"):
         Mesh.batch([])
+
+
+def test_bare_tensors_give_the_same_mesh_back_only_while_they_are_the_same_unchanged_objects():
+    """The former call's bridge: structure is kept for repeated calls with the same tensors, and
+    never found for other tensors by their values, nor kept across an in-place change."""
+    pos, weight = torch.rand(6, 2), torch.ones(6)
+    mesh = as_mesh(pos, weight)
+    assert as_mesh(pos, weight) is mesh
+    assert as_mesh(pos.clone(), weight) is not mesh  # equal values, another tensor
+    pos.mul_(2.0)  # changed in place: its version moves on
+    assert as_mesh(pos, weight) is not mesh
