@@ -46,12 +46,9 @@ class TNO(EncoderOperator, name="tno"):
             :class:`~geoattn.models.encoder.CoordinateFeatures` (default ``None``: none).
 
     Shapes:
-        - input: ``model(x, mesh, *, query=None)``: ``x [N, C_in]`` on the nodes of ``mesh`` (a
-          :class:`~geoattn.mesh.Mesh`: ``pos [N, d]``, ``weight [N]`` and, for a batch
-          (:meth:`~geoattn.mesh.Mesh.batch`), its layout), and ``query`` (optional,
-          ``decoder="cross"`` only): a :class:`~geoattn.mesh.Mesh` of ``Nq`` nodes, with as many
-          graphs as ``mesh``. The former call ``model(x, pos, weight, batch, pos_query=...,
-          batch_query=...)`` still works.
+        - input: ``x [N, C_in]`` on the nodes of a :class:`~geoattn.mesh.Mesh` (one mesh or a
+          batch), and with ``decoder="cross"`` optionally ``query``, a mesh of ``Nq`` nodes with
+          as many graphs (see :class:`~geoattn.models.GalerkinTransformer` for the full call).
         - output: ``[N, C_out]``, or ``[Nq, C_out]`` with a query mesh.
     """
 

@@ -1,16 +1,6 @@
-r"""Ensembles: the mean of independently trained operators, and their spread.
-
-Operators trained from different initial weights and sample orders make different errors where
-the training samples leave the map undetermined. Their mean,
-
-.. math::
-    \bar{\mathcal G}(a) = \frac{1}{K} \sum_{k=1}^K \mathcal G_k(a),
-
-is never worse in mean square than the members' average error (Jensen), and gains most where a
-model is limited by its samples rather than by its training steps. Each member is an operator on every mesh, so the
-mean is too, and it keeps the members' invariance under mesh changes. The members' standard
-deviation at each node (:meth:`Ensemble.spread`) says where they disagree.
-"""
+"""Training ensembles: :func:`train_ensemble` trains the members, :func:`load_ensemble` reads
+them back; the :class:`~geoattn.operators.Ensemble` operator (their mean and spread) lives in
+:mod:`geoattn.operators.ensemble`."""
 
 from __future__ import annotations
 
