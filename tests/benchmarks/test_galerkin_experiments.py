@@ -97,3 +97,20 @@ def test_burgers_run_cut_off_resumes_to_the_uninterrupted_result(script, tmp_pat
     assert again == resumed
     with pytest.raises(ValueError, match="other settings"):
         script.main(args + ["--out", str(tmp_path / "cut"), "--epochs", "2"])
+
+
+def test_burgers_samples_solved_in_parallel_and_cached_equal_the_serial_solve(script, tmp_path):
+    """``--prepare-data``: the samples solved in chunks by worker processes and read back from the
+    cache are bit for bit the serial solve of the same stream (train samples first, then test)."""
+    import numpy as np
+
+    scale = script.SCALES["burgers"]["paper-tiny"]
+    train = burgers_data(scale.n_train, 0, grid=scale.grid, dt=scale.dt)
+    test = burgers_data(scale.n_test, 0, grid=scale.grid, dt=scale.dt, start=scale.n_train)
+    for workers, cache in ((1, None), (2, tmp_path), (1, tmp_path)):  # serial, parallel + write, read
+        got_train, got_test = script.burgers_split(scale, 0, cache=cache, workers=workers)
+        for got, want in ((got_train, train), (got_test, test)):
+            assert np.array_equal(got.initial.coefficients, want.initial.coefficients)
+            assert np.array_equal(got.solution.coefficients, want.solution.coefficients)
+            assert list(got.indices) == list(want.indices)
+    assert len(list(tmp_path.glob("burgers_*.npy"))) == 1
