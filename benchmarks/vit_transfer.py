@@ -1,0 +1,238 @@
+"""Why ViT-NO loses accuracy across meshes: one factor at a time.
+
+    python benchmarks/vit_transfer.py [--epochs 25] [--mesh-n 16] [--quick]
+
+A small ViT-NO is trained on Darcy samples (lognormal) of one irregular mesh of the unit square
+and scored on the same test samples on the training mesh, its refinement, a graded mesh and a
+foreign irregular mesh. Every number is a ratio: (mean weighted relative L2 error on the mesh) /
+(the same on the training mesh). Per trained variant (modes, patches, partition method) the
+columns are
+
+- ``direct``: the model run on the mesh with the training partition transferred (the default);
+- ``refit``: the same trained model with a partition fitted on the evaluation mesh (same method,
+  patches and patch length ``L``): changes the shapes / node sets of the patches only;
+- ``interp``: the mesh's input interpolated to the training mesh, the model run there, its output
+  interpolated back: no discretisation effect of the model at all (what is left is data: the
+  mesh's own FEM targets, the interpolation of input and output);
+- ``coef@train``: the model run on the mesh, except that the raw patch Fourier coefficients of the
+  lift (before the learned mode weights) are those of the training mesh's nodal quadrature (of
+  the mesh's input interpolated there), evaluated at the mesh's nodes in their patch frames
+  (the patches are the same under transfer): swaps only the lift's coefficient quadrature;
+- ``coef@fine``: likewise with near-exact coefficients (the mesh's input interpolated to the
+  training mesh refined twice, and its quadrature there).
+
+When ``coef@train`` closes the gap, the lift's patch coefficients (their quadrature, i.e. their
+aliasing) explain it; what remains is the rest (attention stencils and score quadratures, the
+partition). Also printed: the fewest and median nodes per patch of the transferred partition on
+every mesh with ``resolved_modes`` of the fewest, and the relative difference of the raw
+coefficients from the near-exact ones for mode 0 (``dc0``) and the other modes (``dcK``), on the
+mesh and (``_t``) on the training mesh. (Interpolating the lift's output between meshes instead
+is no clean swap: it is discontinuous at the patch seams.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+
+from geoattn.data import darcy_samples
+from geoattn.mesh import Mesh, families
+from geoattn.mesh.interpolation import linear_interpolation
+from geoattn.mesh.partition import partition as make_partition
+from geoattn.models import build_model
+from geoattn.nn.patch_attention import patch_coefficients, patch_evaluate
+from geoattn.nn.spectral import resolved_modes
+from geoattn.train import NormalizedOperator, Trainer
+from results_page import add_docs_argument, markdown_table, write_page
+from timing import machine
+
+MESHES = ("train", "refined", "graded", "foreign")
+COLS = ("direct", "refit", "interp", "coef@train", "coef@fine")
+
+
+def build_meshes(n: int) -> dict:
+    train = families.unit_square(n, "irregular", seed=0)
+    return {"train": train, "refined": families.refine(train, 1), "graded": families.unit_square(n, "graded"),
+            "foreign": families.unit_square(round(1.5 * n), "irregular", seed=1)}
+
+
+def rel(pred: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> float:
+    w = w[:, None].double()
+    return float(torch.sqrt((w * (pred.double() - y.double()) ** 2).sum() / (w * y.double() ** 2).sum()))
+
+
+def lift_coefficients(model, xn: torch.Tensor, mesh: Mesh) -> torch.Tensor:
+    """The raw patch Fourier coefficients ``[P, M, C]`` of ViT-NO's lift input on ``mesh`` (the
+    quadrature over each patch's nodes, before the learned mode weights)."""
+    index = model.patch_index(mesh)
+    return patch_coefficients(model.inputs(xn, mesh.pos), index.unit[1], index.geometry,
+                              model.lift.layer.mode_index, model.lift._zero)
+
+
+def lift_from(model, coeff: torch.Tensor, mesh: Mesh) -> torch.Tensor:
+    """The spectral lift on the nodes of ``mesh`` from raw patch coefficients ``coeff``."""
+    layer = model.lift.layer
+    return patch_evaluate(layer.mix(coeff), model.patch_index(mesh).geometry, layer.mode_index, model.lift._zero)
+
+
+def coefficient_gap(c: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    """Relative difference of the coefficients ``[P, M, C]`` from ``ref``, for mode 0 and the others."""
+    zero = (c.shape[1] - 1) // 2
+    d = (c - ref).abs().pow(2)
+    r = ref.abs().pow(2)
+    keep = [i for i in range(c.shape[1]) if i != zero]
+    rest = float(torch.sqrt(d[:, keep].sum() / r[:, keep].sum())) if keep else float("nan")
+    return float(torch.sqrt(d[:, zero].sum() / r[:, zero].sum())), rest
+
+
+def spectral_lift(model, xn: torch.Tensor, mesh: Mesh) -> torch.Tensor:
+    """The spectral part of ViT-NO's lift, ``lift(u)`` without ``lift_local(u)``."""
+    index = model.patch_index(mesh)
+    return model.lift(model.inputs(xn, mesh.pos), mesh.pos, mesh.weight, mesh.batch_vector, patches=index,
+                      layout=mesh.layout)
+
+
+def run_from_lift(op, spec: torch.Tensor, xn: torch.Tensor, mesh: Mesh) -> torch.Tensor:
+    """The model on ``mesh`` with the spectral lift ``spec`` given (normalised input ``xn``)."""
+    model = op.model
+    index = model.patch_index(mesh)
+    pos, weight, batch, layout = mesh.pos, mesh.weight, mesh.batch_vector, mesh.layout
+    h = spec + model.lift_local(model.inputs(xn, pos))
+    for block in model.blocks:
+        h = block(h, pos, weight, batch, patches=index, layout=layout)
+    z = model.project(h)
+    if model.final is not None:
+        z = z + model.final(z, pos, weight, batch)
+    if model.smoothing is not None:
+        z = model.smoothing(z, pos, weight, batch)
+    return op.y_normalizer.decode(z)
+
+
+def patch_counts(model, mesh: Mesh) -> tuple[int, int]:
+    counts = sorted(model.patch_index(mesh).geometry.counts)
+    return counts[0], counts[(len(counts) - 1) // 2]
+
+
+def evaluate(op, test: dict, meshes: dict) -> dict:
+    """Mean errors per mesh and column (see the module docstring)."""
+    model = op.model
+    train_part = model.partition
+    tm = meshes["train"]
+    fm = meshes["fine"]  # the training mesh refined twice: the quadrature reference
+    fine_stencil = {name: linear_interpolation(meshes[name].pos.double(), fm.pos.double()) for name in test}
+    out = {}
+    with torch.no_grad():
+        for name, samples in test.items():
+            em = meshes[name]
+            down = linear_interpolation(em.pos.double(), tm.pos.double())  # mesh -> train
+            up = linear_interpolation(tm.pos.double(), em.pos.double())  # train -> mesh
+            cols = {k: [] for k in COLS}
+            gaps = []
+            for d in samples:
+                x_down = down(d.x.double()).to(d.x.dtype)
+                cols["direct"].append(rel(op(d.x, em), d.y, d.weight))
+                xn_e, xn_t = op.x_normalizer.encode(d.x), op.x_normalizer.encode(x_down)
+                c_mesh, c_train = lift_coefficients(model, xn_e, em), lift_coefficients(model, xn_t, tm)
+                assert torch.allclose(lift_from(model, c_mesh, em), spectral_lift(model, xn_e, em), atol=1e-5)
+                cols["coef@train"].append(rel(run_from_lift(op, lift_from(model, c_train, em), xn_e, em),
+                                              d.y, d.weight))
+                # near-exact coefficients: the mesh's P1 input interpolated to the fine mesh
+                x_fine = fine_stencil[name](d.x.double()).to(d.x.dtype)
+                c_fine = lift_coefficients(model, op.x_normalizer.encode(x_fine), fm)
+                cols["coef@fine"].append(rel(run_from_lift(op, lift_from(model, c_fine, em), xn_e, em),
+                                             d.y, d.weight))
+                gaps.append(coefficient_gap(c_mesh, c_fine) + coefficient_gap(c_train, c_fine))
+                cols["interp"].append(rel(up(op(x_down, tm).double()), d.y, d.weight))
+            fewest, median = patch_counts(model, em)
+            # the same model with a partition fitted on this mesh (the training patch length kept)
+            own = make_partition(em.pos, em.weight, train_part.num_parts, cells=em.cells, method=train_part.method)
+            model.set_partition(dataclasses.replace(own, length=train_part.length))
+            cols["refit"] = [rel(op(d.x, em), d.y, d.weight) for d in samples]
+            model.set_partition(train_part)
+            out[name] = {k: float(np.mean(v)) for k, v in cols.items()}
+            out[name]["nodes/patch"] = (fewest, median)
+            out[name]["cgap"] = tuple(np.mean(gaps, 0).tolist())
+    base = out["train"]["direct"]
+    for name in out:
+        out[name]["abs"] = out[name]["direct"]
+        for k in COLS:
+            out[name][k] /= base
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mesh-n", type=int, default=16)
+    parser.add_argument("--n-train", type=int, default=96)
+    parser.add_argument("--n-test", type=int, default=8)
+    parser.add_argument("--epochs", type=int, default=25)
+    parser.add_argument("--width", type=int, default=32)
+    parser.add_argument("--quick", action="store_true", help="the base variant only")
+    parser.add_argument("--variants", nargs="*", default=None,
+                        help="names among: base modes0 modes1 P4 P4m1 metis")
+    add_docs_argument(parser)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    t0 = time.time()
+    raw = build_meshes(args.mesh_n)
+    train = darcy_samples({"train": raw["train"]}, args.n_train, seed=0, family="lognormal")["train"]
+    test = darcy_samples(raw, args.n_test, seed=0, family="lognormal", start=args.n_train)
+    meshes = {name: Mesh.from_sample(s[0]) for name, s in test.items()}
+    fine = darcy_samples({"fine": families.refine(raw["train"], 2)}, 1, seed=0, family="lognormal")["fine"]
+    meshes["fine"] = Mesh.from_sample(fine[0])
+    print(f"data {time.time() - t0:.0f}s; nodes: " + ", ".join(f"{k} {m.num_nodes}" for k, m in meshes.items()))
+    variants = {"base": dict(num_patches=16, modes=2), "modes0": dict(num_patches=16, modes=0),
+                "modes1": dict(num_patches=16, modes=1), "P4": dict(num_patches=4, modes=2),
+                "P4m1": dict(num_patches=4, modes=1),
+                "metis": dict(num_patches=16, modes=2, partition_method="metis")}
+    chosen = ["base"] if args.quick else (args.variants or list(variants))
+    rows = []
+    for name in chosen:
+        torch.manual_seed(0)
+        kw = dict(partition_method="rcb") | variants[name]
+        model = build_model("vit", in_channels=1, out_channels=1, width=args.width, depth=2, num_heads=4, **kw)
+        op = NormalizedOperator(model)
+        t = time.time()
+        Trainer(op, epochs=args.epochs, batch_size=4, lr=3e-3, progress=False).fit(train)
+        op.eval()
+        res = evaluate(op, test, meshes)
+        print(f"{name}: trained {time.time() - t:.0f}s, train-mesh error {res['train']['abs']:.4f}", flush=True)
+        rows.append((name, kw, res))
+    cols = COLS
+    print("\nratios (mesh error / training-mesh error); nodes/patch = fewest/median of the transferred "
+          "partition; K_res = resolved_modes(fewest)")
+    print(f"{'variant':<8} {'P':>3} {'K':>2} {'mesh':<8} {'abs':>7} " + " ".join(f"{c:>10}" for c in cols)
+          + f" {'nodes/patch':>11} {'K_res':>5} {'dc0':>6} {'dcK':>6} {'dc0_t':>6} {'dcK_t':>6}")
+    for name, kw, res in rows:
+        for mesh, r in res.items():
+            fewest, median = r["nodes/patch"]
+            print(f"{name:<8} {kw['num_patches']:>3} {kw['modes']:>2} {mesh:<8} {r['abs']:>7.4f} "
+                  + " ".join(f"{r[c]:>10.3f}" for c in cols)
+                  + f" {f'{fewest}/{median}':>11} {resolved_modes(fewest, 2):>5} "
+                  + " ".join(f"{g:>6.3f}" for g in r["cgap"]))
+    print(f"total {time.time() - t0:.0f}s")
+    if args.docs:
+        head = ["variant", "P", "K", "mesh", "error", *cols, "nodes/patch", "K_res", "dc0", "dcK", "dc0_t", "dcK_t"]
+        table = markdown_table(head, [
+            [name, kw["num_patches"], kw["modes"], mesh, f"{r['abs']:.4f}", *(f"{r[c]:.3f}" for c in cols),
+             "{}/{}".format(*r["nodes/patch"]), resolved_modes(r["nodes/patch"][0], 2),
+             *(f"{g:.3f}" for g in r["cgap"])]
+            for name, kw, res in rows for mesh, r in res.items()])
+        write_page(args.docs, "Why ViT-NO loses accuracy across meshes (`benchmarks/vit_transfer.py`)",
+                   " ".join(["python", "benchmarks/vit_transfer.py", *(argv if argv is not None else sys.argv[1:])]),
+                   table, f"{machine(torch.device('cpu'))}; {time.time() - t0:.0f} s; load "
+                   f"{os.getloadavg()[0]:.1f} at the end")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
