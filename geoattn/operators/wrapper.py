@@ -5,6 +5,7 @@ another that exposes the wrapped model's contract (channels, dimension, input ch
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -35,12 +36,23 @@ def takes_mesh(op) -> bool:
         return takes_mesh(op.module)
     if isinstance(op, MeshOperator) or getattr(type(op), "_takes_mesh", None) is not None:
         return True
-    forward = getattr(op, "forward", op)
+    if isinstance(op, torch.nn.Module):
+        return _forward_takes_mesh(type(op))  # once per class: this runs in every forward pass
+    return _names_mesh(op)
+
+
+@functools.lru_cache(maxsize=None)
+def _forward_takes_mesh(cls: type) -> bool:
+    return _names_mesh(cls.forward, bound=False)
+
+
+def _names_mesh(fn, bound: bool = True) -> bool:
     try:
-        params = list(inspect.signature(forward).parameters)
+        params = list(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         return True
-    return len(params) > 1 and params[1] == "mesh"
+    first = 1 if bound else 2  # after x (and self, unbound)
+    return len(params) > first and params[first] == "mesh"
 
 
 def call_inner(op: torch.nn.Module, x: torch.Tensor, mesh: Mesh, query: Mesh | None = None) -> torch.Tensor:
