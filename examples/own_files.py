@@ -41,7 +41,7 @@ from geoattn.cli.main import main as geoattn
 from geoattn.data import DarcyProblem
 from geoattn.data.darcy import coefficient
 from geoattn.data.grf import preset
-from geoattn.mesh.families import unit_square
+from geoattn.mesh.families import square_with_holes, unit_square
 
 #: the test sets of the import: name and the files they take
 TEST_SETS = {"fine": "runs/fine_*", "three": "runs/three_*"}
@@ -75,7 +75,7 @@ def plate(discs: list[tuple[float, float, float]], h: float, mesher: str = "gmsh
     ``mesher="families"`` an irregular triangulation of the square (:func:`unit_square`, jittered
     by ``seed``) with the triangles whose centroid lies in a disc removed."""
     if mesher == "gmsh":
-        return _gmsh_plate(discs, h)
+        return square_with_holes(discs, h)
     if mesher != "families":
         raise ValueError(f"mesher must be 'gmsh' or 'families', got {mesher!r}")
     square = unit_square(round(1 / h), "irregular", seed=seed)
@@ -87,30 +87,6 @@ def plate(discs: list[tuple[float, float, float]], h: float, mesher: str = "gmsh
     cells = cells[~inside]
     used, cells = np.unique(cells, return_inverse=True)
     return meshio.Mesh(square.points[used], [("triangle", cells.reshape(-1, 3))])
-
-
-def _gmsh_plate(discs, h: float) -> meshio.Mesh:
-    import gmsh
-
-    gmsh.initialize(["-noenv"])
-    try:
-        gmsh.option.setNumber("General.Terminal", 0)
-        occ = gmsh.model.occ
-        square = occ.addRectangle(0, 0, 0, 1, 1)
-        occ.cut([(2, square)], [(2, occ.addDisk(cx, cy, 0, r, r)) for cx, cy, r in discs])
-        occ.synchronize()
-        gmsh.option.setNumber("Mesh.CharacteristicLengthMax", h)
-        gmsh.model.mesh.generate(2)
-        tags, coords, _ = gmsh.model.mesh.getNodes()
-        types, _, nodes = gmsh.model.mesh.getElements(2)
-        tri = np.asarray(nodes[list(types).index(2)], dtype=np.int64).reshape(-1, 3)
-    finally:
-        gmsh.finalize()
-    order = np.argsort(tags)
-    tri = order[np.searchsorted(tags, tri, sorter=order)]  # gmsh tags -> row indices
-    used, tri = np.unique(tri, return_inverse=True)
-    points = np.asarray(coords).reshape(-1, 3)[used, :2]
-    return meshio.Mesh(points, [("triangle", tri.reshape(-1, 3))])
 
 
 def simulate(mesh: meshio.Mesh, index: int, load: float, seed: int = 0) -> meshio.Mesh:

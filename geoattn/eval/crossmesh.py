@@ -94,12 +94,7 @@ def cross_mesh_report(operators: Mapping[str, torch.nn.Module], datasets: Mappin
     if not all(counts.values()):
         raise ValueError(f"no samples to evaluate on mesh {next(m for m, n in counts.items() if not n)!r}")
     report = CrossMeshReport({k: v[0].num_nodes for k, v in datasets.items()}, reference)
-    meshes = {mesh: SampleMeshes(samples) for mesh, samples in datasets.items()}
-    for name, op in operators.items():
-        report.errors[name] = {mesh: evaluate_errors(op, samples, batch_size, meshes=meshes[mesh])
-                               for mesh, samples in datasets.items()}
-        if any(not math.isfinite(float(e.mean())) for e in report.errors[name].values()):
-            raise ValueError(f"model {name!r} gives non-finite errors")
+    report.errors = _score(operators, datasets, batch_size)
     return report
 
 
@@ -159,10 +154,19 @@ def split_report(operators: Mapping[str, torch.nn.Module], sets: Mapping[str, Se
         raise ValueError(f"sample set {empty[0]!r} is empty")
     sizes = {name: [samples[i].num_nodes for i in range(len(samples))] for name, samples in sets.items()}
     report = SplitReport({name: (min(n), max(n)) for name, n in sizes.items()})
-    meshes = {name: SampleMeshes(samples) for name, samples in sets.items()}
-    for model, op in operators.items():
-        report.errors[model] = {name: evaluate_errors(op, samples, batch_size, meshes=meshes[name])
-                                for name, samples in sets.items()}
-        if any(not math.isfinite(float(e.mean())) for e in report.errors[model].values()):
-            raise ValueError(f"model {model!r} gives non-finite errors")
+    report.errors = _score(operators, sets, batch_size)
     return report
+
+
+def _score(operators: Mapping, sets: Mapping, batch_size: int) -> dict:
+    """``{model: {set: per-sample errors}}`` of every operator on every set of samples (one
+    :class:`~geoattn.mesh.Mesh` per mesh of a set, shared by the operators); non-finite errors
+    are refused, naming the model."""
+    meshes = {name: SampleMeshes(samples) for name, samples in sets.items()}
+    errors = {}
+    for model, op in operators.items():
+        errors[model] = {name: evaluate_errors(op, samples, batch_size, meshes=meshes[name])
+                         for name, samples in sets.items()}
+        if any(not math.isfinite(float(e.mean())) for e in errors[model].values()):
+            raise ValueError(f"model {model!r} gives non-finite errors")
+    return errors

@@ -182,3 +182,12 @@ def orient_cells(pos: np.ndarray, cells: np.ndarray, name: str) -> np.ndarray:
         bad = min_corner_jacobians(pos, cells, name) < 0
         cells[bad] = cells[bad][:, _FLIP[name]]
     return cells
+
+
+def first_clash(a: np.ndarray, b: np.ndarray, bad: np.ndarray) -> tuple[int, int, int]:
+    """Of the cell pairs ``(a[k], b[k])`` flagged ``bad`` (at least one), the one whose later cell
+    comes first: ``(k, later cell, earlier cell)``, so that an error names the cell that a reader
+    walking the cells in order meets as the first conflicting one."""
+    later = np.maximum(a, b)
+    k = int(np.flatnonzero(bad)[np.argmin(later[bad])])
+    return k, int(later[k]), int(min(a[k], b[k]))

@@ -149,31 +149,48 @@ def disk_with_holes(h: float = 0.1) -> meshio.Mesh:
     Needs the ``gmsh`` Python package (``pip install geoattn[meshgen]``); the repository ships a
     pre-generated copy in ``meshes/``.
     """
-    gmsh = require("gmsh", "meshgen", "disk_with_holes")
+    def geometry(occ):
+        disk = occ.addDisk(0, 0, 0, DISK_RADIUS, DISK_RADIUS)
+        occ.cut([(2, disk)], [(2, occ.addDisk(cx, cy, 0, r, r)) for cx, cy, r in DISK_HOLES])
+
+    return _gmsh_triangles("disk_with_holes", geometry, h, h_min=h)
+
+
+def square_with_holes(holes, h: float = 0.1) -> meshio.Mesh:
+    """The unit square without the discs ``holes`` (``(cx, cy, r)`` each), meshed by gmsh with
+    edge lengths up to ``h``. Needs the ``gmsh`` Python package (``pip install geoattn[meshgen]``).
+    """
+    def geometry(occ):
+        square = occ.addRectangle(0, 0, 0, 1, 1)
+        occ.cut([(2, square)], [(2, occ.addDisk(cx, cy, 0, r, r)) for cx, cy, r in holes])
+
+    return _gmsh_triangles("square_with_holes", geometry, h)
+
+
+def _gmsh_triangles(name: str, geometry, h: float, h_min: float | None = None) -> meshio.Mesh:
+    """The triangle mesh gmsh makes of the plane surface ``geometry(occ)`` builds (OpenCASCADE),
+    edge lengths up to ``h`` (and at least ``h_min``), unused nodes dropped, cells oriented."""
+    gmsh = require("gmsh", "meshgen", name)
     gmsh.initialize(["-noenv"])
     try:
         gmsh.option.setNumber("General.Terminal", 0)
-        gmsh.model.add("disk")
-        occ = gmsh.model.occ
-        disk = occ.addDisk(0, 0, 0, DISK_RADIUS, DISK_RADIUS)
-        holes = [occ.addDisk(cx, cy, 0, r, r) for cx, cy, r in DISK_HOLES]
-        occ.cut([(2, disk)], [(2, t) for t in holes])
-        occ.synchronize()
-        surfaces = [t for _, t in gmsh.model.getEntities(2)]
-        gmsh.model.addPhysicalGroup(2, surfaces, 1)
+        gmsh.model.add(name)
+        geometry(gmsh.model.occ)
+        gmsh.model.occ.synchronize()
+        gmsh.model.addPhysicalGroup(2, [t for _, t in gmsh.model.getEntities(2)], 1)
         gmsh.option.setNumber("Mesh.CharacteristicLengthMax", h)
-        gmsh.option.setNumber("Mesh.CharacteristicLengthMin", h)
+        if h_min is not None:
+            gmsh.option.setNumber("Mesh.CharacteristicLengthMin", h_min)
         gmsh.model.mesh.generate(2)
         tags, coords, _ = gmsh.model.mesh.getNodes()
         types, _, node_tags = gmsh.model.mesh.getElements(2)
         tri = np.asarray(node_tags[list(types).index(2)], dtype=np.int64).reshape(-1, 3)
     finally:
         gmsh.finalize()
-    index = {int(t): i for i, t in enumerate(tags)}
-    pts = np.asarray(coords).reshape(-1, 3)[:, :2]
-    tri = np.vectorize(index.__getitem__)(tri)
+    order = np.argsort(tags)
+    tri = order[np.searchsorted(tags, tri, sorter=order)]  # gmsh node tags -> row indices
     used, tri = np.unique(tri, return_inverse=True)
-    return _mesh(pts[used], tri.reshape(-1, 3), "triangle")
+    return _mesh(np.asarray(coords).reshape(-1, 3)[used, :2], tri.reshape(-1, 3), "triangle")
 
 
 def icosphere(level: int = 2, radius: float = 1.0) -> meshio.Mesh:

@@ -23,6 +23,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import breadth_first_order, connected_components
 
 from ..errors import InvertedCellError
+from .cells import first_clash
 
 #: Cell types that may form a surface in 3-D.
 SURFACE_CELLS = ("triangle", "quad")
@@ -125,10 +126,9 @@ def check_surface_orientation(cells: np.ndarray) -> None:
     """
     a, b, clash, edge = _shared_pairs(np.asarray(cells, np.int64))
     if clash.any():
-        later = np.maximum(a, b)
-        k = int(np.flatnonzero(clash)[np.argmin(later[clash])])
+        k, later, earlier = first_clash(a, b, clash)
         raise InvertedCellError(
-            f"cell {int(later[k])} is oriented against its neighbour cell {int(min(a[k], b[k]))}: "
+            f"cell {later} is oriented against its neighbour cell {earlier}: "
             f"both traverse their shared edge {edge[k].tolist()} the same way, so their normals "
             "point to opposite sides of the surface; pass reorient=True to from_meshio / read_mesh "
             "to orient every connected piece of the surface consistently")

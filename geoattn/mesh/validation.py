@@ -43,7 +43,7 @@ from ..errors import (
     UnusedNodeWarning,
     WeightError,
 )
-from .cells import CELL_TYPES, CellType, cell_type, min_corner_jacobians
+from .cells import CELL_TYPES, CellType, cell_type, first_clash, min_corner_jacobians
 from .surface import check_surface_orientation, is_surface, min_corner_areas
 
 log = logging.getLogger(__name__)
@@ -339,10 +339,9 @@ def check_overlaps(pos: np.ndarray, cells: np.ndarray, cell_type_name: str) -> N
     side_b = np.einsum("pd,pd->p", normal, centroid[b] - base)
     bad = side_a * side_b > 0
     if bad.any():
-        later = np.maximum(a, b)
-        k = int(np.flatnonzero(bad)[np.argmin(later[bad])])
+        k, later, earlier = first_clash(a, b, bad)
         raise OverlappingCellsError(
-            f"cell {int(later[k])} overlaps cell {int(min(a[k], b[k]))}: both lie on the same side "
+            f"cell {later} overlaps cell {earlier}: both lie on the same side "
             f"of their shared facet with nodes {keys[pairs[k]].tolist()}, so they cover part of the "
             "domain twice; remove or fix the overlapping cell")
 

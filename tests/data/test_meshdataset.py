@@ -128,53 +128,54 @@ class Interrupted(BaseException):
     """Stands for Ctrl-C or a kill in the middle of an import."""
 
 
-def test_an_interrupted_import_resumes(files, tmp_path, monkeypatch):
-    reference = MeshDataset(write_mesh_dataset(tmp_path / "ref.h5", files, x=["kappa"], y=["T"],
-                                               splits=SPLITS, progress=False))
+def _import(out, files):
+    return write_mesh_dataset(out, files, x=["kappa"], y=["T"], splits=SPLITS, progress=False)
+
+
+def _interrupt_once(monkeypatch, when) -> list:
+    """Make the import raise :class:`Interrupted` once, before reading the file for which
+    ``when(path, reads so far)`` is true; returns the list of files read (kept up to date)."""
     real, calls, stopped = meshdataset.read_sample, [], []
 
     def interrupted(*args, **kwargs):
         calls.append(args[0])
-        if len(calls) == 3 and not stopped:
+        if not stopped and when(args[0], len(calls)):
             stopped.append(True)
             raise Interrupted
         return real(*args, **kwargs)
 
     monkeypatch.setattr(meshdataset, "read_sample", interrupted)
+    return calls
+
+
+def test_an_interrupted_import_resumes(files, tmp_path, monkeypatch):
+    reference = MeshDataset(_import(tmp_path / "ref.h5", files))
+    calls = _interrupt_once(monkeypatch, lambda path, reads: reads == 3)
     out = tmp_path / "d.h5"
     with pytest.raises(Interrupted):
-        write_mesh_dataset(out, files, x=["kappa"], y=["T"], splits=SPLITS, progress=False)
+        _import(out, files)
     assert not out.exists() and (tmp_path / "d.h5.partial").exists()
     calls.clear()
-    write_mesh_dataset(out, files, x=["kappa"], y=["T"], splits=SPLITS, progress=False)
+    _import(out, files)
     assert [c.name for c in calls] == ["s2.vtu", "s3.vtu", "s4.vtu"]  # the first two were kept
     resumed = MeshDataset(out)
     for i in range(5):
         assert torch.equal(resumed[i].y, reference[i].y) and torch.equal(resumed[i].pos, reference[i].pos)
     with pytest.raises(ConfigError, match="exists"):
-        write_mesh_dataset(out, files, x=["kappa"], y=["T"], splits=SPLITS, progress=False)
+        _import(out, files)
 
 
 def test_a_sample_cut_short_by_a_kill_is_written_again(files, tmp_path, monkeypatch):
-    reference = MeshDataset(write_mesh_dataset(tmp_path / "ref.h5", files, x=["kappa"], y=["T"],
-                                               splits=SPLITS, progress=False))
-    real, stopped = meshdataset.read_sample, []
-
-    def interrupted(*args, **kwargs):
-        if len(stopped) == 0 and args[0].name == "s2.vtu":
-            stopped.append(True)
-            raise Interrupted
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(meshdataset, "read_sample", interrupted)
+    reference = MeshDataset(_import(tmp_path / "ref.h5", files))
+    _interrupt_once(monkeypatch, lambda path, reads: path.name == "s2.vtu")
     out = tmp_path / "d.h5"
     with pytest.raises(Interrupted):
-        write_mesh_dataset(out, files, x=["kappa"], y=["T"], splits=SPLITS, progress=False)
+        _import(out, files)
     with h5py.File(tmp_path / "d.h5.partial", "r+") as fh:  # as a kill in the middle of samples leaves it
         g = fh["meshes/000001"]
         g["x"].resize(g["x"].shape[0] + 1, axis=0)  # a row begun, its other parts not
         fh["meshes"].create_group("000002").create_dataset("points", data=np.zeros((3, 2)))  # a mesh begun
-    write_mesh_dataset(out, files, x=["kappa"], y=["T"], splits=SPLITS, progress=False)
+    _import(out, files)
     resumed = MeshDataset(out)
     for i in range(5):
         assert torch.equal(resumed[i].x, reference[i].x) and torch.equal(resumed[i].pos, reference[i].pos)

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from geoattn.mesh import families, from_meshio, lumped_mass, signed_volumes
-from geoattn.mesh.cells import min_corner_jacobians
+from geoattn.mesh.cells import first_clash, min_corner_jacobians
 
 # One mesh per supported cell type, distorted by a smooth non-affine map so that quads and
 # hexahedra are genuinely bilinear/trilinear (not parallelograms).
@@ -81,3 +81,9 @@ def test_refine_keeps_geometry(name):
     a, b = from_meshio(mesh, dtype=torch.float64), from_meshio(fine, dtype=torch.float64)
     assert b.num_nodes > 3 * a.num_nodes
     assert float(b.weight.sum()) == pytest.approx(float(a.weight.sum()), rel=1e-13)
+
+
+def test_first_clash_names_the_pair_whose_later_cell_comes_first():
+    a, b = np.array([0, 7, 2, 1]), np.array([9, 3, 5, 4])
+    bad = np.array([True, True, True, False])  # later cells 9, 7, 5; pair 3 is fine
+    assert first_clash(a, b, bad) == (2, 5, 2)

@@ -184,3 +184,19 @@ def test_pyvista_round_trip():
                           dtype=torch.float64)  # a PolyData surface in 3-D
     assert sphere.pos.shape[1] == 3
     assert float(sphere.weight.sum()) == pytest.approx(4 * np.pi, rel=0.01)
+
+
+@pytest.mark.parametrize("h", [0.05, 0.025])
+def test_gmsh_square_with_holes_is_valid_and_its_weights_hold_its_area(h):
+    """families.square_with_holes: a valid, positively oriented triangulation whose lumped weights
+    sum to the area of the inscribed polygon, within the chord error of the circles: a regular
+    n-gon in a circle of radius r misses pi r^2 (2 pi / n)^2 / 6 to leading order, n >= 2 pi r / h."""
+    pytest.importorskip("gmsh")
+    from geoattn.mesh import families
+
+    holes = [(0.3, 0.4, 0.1), (0.7, 0.6, 0.15)]
+    data = from_meshio(families.square_with_holes(holes, h), dtype=torch.float64)
+    exact = 1.0 - sum(np.pi * r**2 for _, _, r in holes)
+    chord = sum(np.pi * r**2 * (h / r) ** 2 / 6 for _, _, r in holes)  # the polygons' deficit, bound
+    area = float(data.weight.sum())
+    assert exact <= area <= exact + 2 * chord  # holes inscribed: the mesh covers a little more

@@ -39,11 +39,15 @@ def _samples(sizes=(4, 5, 6), seed=0, dtype=torch.float64):
     return out
 
 
+def _setup(variant):
+    """The variant's model, three samples on meshes of different sizes, and their Meshes."""
+    samples = _samples()
+    return _model(variant), samples, [Mesh.from_sample(d) for d in samples]
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_new_call_equals_the_former_call_on_one_mesh_and_on_a_batch(variant):
-    model = _model(variant)
-    samples = _samples()
-    meshes = [Mesh.from_sample(d) for d in samples]
+    model, samples, meshes = _setup(variant)
     b = Batch.from_data_list(samples)
     with torch.no_grad():
         assert torch.equal(model(samples[0].x, meshes[0]),
@@ -61,9 +65,7 @@ def test_new_call_equals_the_former_call_on_one_mesh_and_on_a_batch(variant):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_a_batch_of_three_meshes_of_different_sizes_equals_each_mesh_alone(variant):
-    model = _model(variant)
-    samples = _samples()
-    meshes = [Mesh.from_sample(d) for d in samples]
+    model, samples, meshes = _setup(variant)
     batch = Mesh.batch(meshes)
     x = torch.cat([d.x for d in samples])
     with torch.no_grad():
