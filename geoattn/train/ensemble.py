@@ -37,7 +37,9 @@ def train_ensemble(make: Callable[[], nn.Module], train: Sequence, val: Sequence
         seed: seed of the first member (default ``0``).
         out_dir: folder of the members' checkpoints (default ``None``: write nothing).
         **trainer_kwargs: the :class:`~geoattn.train.Trainer` settings (``epochs``, ``lr``, ...),
-            the same for every member.
+            the same for every member. A time budget ``seconds`` is each member's: the members
+            together train for up to ``members * seconds`` (for the budget of one model, give
+            each ``seconds / members``).
 
     The members' training histories (what :meth:`~geoattn.train.Trainer.fit` returns) are kept in
     ``ensemble.histories``.
@@ -97,7 +99,10 @@ def _unfinished(folder: Path) -> str | None:
         return f"has no {LAST} (its run stopped in its first epoch)"
     state = load_checkpoint(folder / LAST)
     epochs = (state.get("trainer") or {}).get("epochs")
+    budget = (state.get("trainer") or {}).get("seconds")
     epoch = state.get("epoch")
+    if budget is not None and state.get("train_seconds", 0.0) >= budget:
+        return None  # stopped by its time budget
     if isinstance(epochs, int) and isinstance(epoch, int) and epoch + 1 < epochs:
         return f"is unfinished (its run stopped after epoch {epoch + 1} of {epochs})"
     return None

@@ -19,6 +19,7 @@ import contextlib
 import csv
 import logging
 import math
+import numbers
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -46,6 +47,9 @@ LAST, BEST, METRICS, TENSORBOARD = "last.pt", "best.pt", "metrics.csv", "tensorb
 RUN_FILES = (LAST, BEST, METRICS)
 #: autocast dtype of each precision (``None``: no autocast)
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: positions of the one-cycle schedule of a run with a time budget (``Trainer(seconds=)``): the
+#: schedule is placed at the elapsed share of the budget, to 1/BUDGET_STEPS of it
+BUDGET_STEPS = 10_000
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -251,7 +255,7 @@ class Trainer:
     Args:
         operator: the model with its normalisers.
         out_dir: folder for checkpoints and metrics (default ``None``: write nothing).
-        epochs: number of epochs (default ``20``).
+        epochs: number of epochs (default ``20``); with ``seconds``, the most epochs.
         batch_size: samples per optimiser step, over all processes (default ``4``).
         lr: peak learning rate of the one-cycle schedule (default ``1e-3``).
         weight_decay: AdamW weight decay (default ``1e-4``).
@@ -271,7 +275,7 @@ class Trainer:
         pin_memory: batches in page-locked memory, for faster copies to a GPU (default ``None``:
             when the device is CUDA). Samples already on a GPU are never pinned.
         tensorboard: also log the ``metrics.csv`` columns (``train``, ``val``, ``lr``,
-            ``seconds``) per epoch for TensorBoard, in ``out_dir/tensorboard`` (``True``) or in
+            ``seconds``, ``train_seconds``) per epoch for TensorBoard, in ``out_dir/tensorboard`` (``True``) or in
             the folder given; needs the ``tensorboard`` extra (default ``False``).
         restore_best: after the last epoch, put back the weights of the epoch with the lowest
             validation error (the training error without a validation set), kept in memory: the
@@ -280,10 +284,21 @@ class Trainer:
             long schedule overfits.
         overwrite: replace a run already in ``out_dir`` (default ``False``: refuse it, unless
             :meth:`fit` resumes it).
+        seconds: a training-time budget (default ``None``: train ``epochs`` epochs). Training
+            stops at the first optimiser step at which the time spent in the epochs' training
+            steps (reading the batches, forward and backward passes, optimiser steps; not the
+            checks and normaliser fits before the first epoch, the validation after each epoch
+            nor the checkpoint writes), summed over the sessions of a resumed run, reaches
+            ``seconds``, or after ``epochs`` epochs if that comes first. The last, partial epoch
+            is scored and checkpointed like the others. The one-cycle schedule follows the
+            elapsed share of the budget instead of the step count: its peak comes at 30 % of
+            the budget and its final annealing at the end, on a fast machine or a slow one.
+            A positive finite number.
 
     Raises:
         ConfigError: an unknown or unavailable device or precision (:func:`resolve_device`,
-            :func:`check_precision`), or ``tensorboard=True`` without an ``out_dir``.
+            :func:`check_precision`), ``tensorboard=True`` without an ``out_dir``, or
+            ``seconds`` not a positive finite number (nor ``None``).
         MissingDependencyError: ``tensorboard`` asked for and the package not installed.
 
     An ``out_dir`` that holds a run (``last.pt``, ``best.pt`` or ``metrics.csv``) is refused by
@@ -305,7 +320,12 @@ class Trainer:
                  device: str | torch.device | None = None, precision: str = "fp32",
                  workers: int = 0, pin_memory: bool | None = None,
                  tensorboard: bool | str | Path = False, restore_best: bool = False,
-                 overwrite: bool = False):
+                 overwrite: bool = False, seconds: float | None = None):
+        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, numbers.Real)
+                                    or not math.isfinite(seconds) or seconds <= 0):
+            raise ConfigError(f"seconds (the training-time budget) must be a positive finite number "
+                              f"or None, got {seconds!r}")
+        self.seconds = None if seconds is None else float(seconds)
         if isinstance(getattr(operator, "members", None), torch.nn.ModuleList):
             raise ConfigError(f"a Trainer fits one operator, not an ensemble of {len(operator.members)}: train "
                               "each member, or build the ensemble with geoattn.train.train_ensemble")
@@ -349,7 +369,7 @@ class Trainer:
         return {"epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr,
                 "weight_decay": self.weight_decay, "clip": self.clip, "h1": self.h1, "seed": self.seed,
                 "device": str(self.device), "precision": self.precision, "world_size": self.world,
-                "workers": self.workers, "restore_best": self.restore_best}
+                "workers": self.workers, "restore_best": self.restore_best, "seconds": self.seconds}
 
     def _errors(self, model: torch.nn.Module, batch, mesh: Mesh | None = None) -> torch.Tensor:
         """:func:`sample_errors` at the trainer's precision; a model whose operations have no
@@ -365,6 +385,15 @@ class Trainer:
             reason = " ".join(str(err).split())[:300]
             raise ConfigError(f"model {name!r} does not run in {self.precision} on {self.device.type} "
                               f"({type(err).__name__}: {reason}); train it in fp32") from err
+
+    def _spent(self, seconds: float, device: torch.device) -> float:
+        """The training time ``seconds`` of this process, or the most of all processes under
+        ``torchrun``: every process then stops at the same step, with the same learning rates."""
+        if self.world == 1:
+            return seconds
+        spent = torch.tensor([seconds], dtype=torch.float64, device=device)
+        dist.all_reduce(spent, op=dist.ReduceOp.MAX)
+        return float(spent)
 
     def _run_lock(self):
         """The lock of ``out_dir`` (rank 0, when there is one) for the epochs that write it: a
@@ -390,23 +419,28 @@ class Trainer:
         if self.out_dir is None or self.rank != 0 or not self.history:
             return
         with atomic_path(self.out_dir / METRICS) as tmp, open(tmp, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(self.history[0]))
+            # every column of every row: a run resumed from an older checkpoint adds columns
+            writer = csv.DictWriter(fh, fieldnames=list(dict.fromkeys(k for row in self.history for k in row)))
             writer.writeheader()
             writer.writerows(self.history)
 
     def fit(self, train: Sequence, val: Sequence | None = None, resume: bool = False,
             on_step: Callable[[int, int], None] | None = None) -> list[dict[str, float]]:
-        """Train and return the per-epoch metrics (``epoch``, ``train``, ``val``, ``lr``, ``seconds``).
+        """Train and return the per-epoch metrics (``epoch``, ``train``, ``val``, ``lr``, ``seconds``:
+        the epoch's training time, ``train_seconds``: the training time so far, over the sessions
+        of a resumed run).
 
-        ``resume=True`` continues from ``out_dir/last.pt`` when it exists. ``on_step(epoch, step)``
-        is called before every optimiser step (for tests and monitoring).
+        ``resume=True`` continues from ``out_dir/last.pt`` when it exists, with the training time
+        it records (a run with a time budget resumed after the budget ran out trains no more).
+        ``on_step(epoch, step)`` is called before every optimiser step (for tests and monitoring).
 
         Every sample is checked first (:func:`validate_samples`): a bad one raises its typed
         error, naming the sample, before the normalisers are fitted or anything is written.
 
         Raises:
             ConfigError: ``out_dir`` holds a run and neither ``resume=True`` nor the trainer's
-                ``overwrite=True`` says what to do with it (:func:`check_run_folder`).
+                ``overwrite=True`` says what to do with it (:func:`check_run_folder`); a run
+                trained with a time budget resumed without one.
         """
         op = self.operator
         stale = []
@@ -438,19 +472,27 @@ class Trainer:
         fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
         optimizer = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay,
                                       fused=fused or None)
+        budget = self.seconds
+        # with a budget the schedule's position is set from the elapsed share of it before each step
         schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=self.lr,
-                                                       total_steps=self.epochs * steps)
+                                                       total_steps=BUDGET_STEPS if budget else self.epochs * steps)
         scaler = _grad_scaler(self.precision == "fp16")
         start, best, best_state = 0, math.inf, None
+        elapsed = 0.0  # training time of the epochs so far (over the sessions of a resumed run)
         last = self.out_dir / LAST if self.out_dir is not None else None
         if resume and last is not None and last.exists():
             state = load_checkpoint(last, device)
+            stored = (state.get("trainer") or {}).get("seconds")
+            if stored is not None and budget is None:
+                raise ConfigError(f"cannot resume {last}: it was trained with a time budget of {stored:g} s "
+                                  "and its learning-rate schedule follows that budget; give seconds=")
             op.load_state_dict(state["state_dict"])
             optimizer.load_state_dict(state["optimizer"])
             schedule.load_state_dict(state["scheduler"])
             if "scaler" in state and self.precision == "fp16":
                 scaler.load_state_dict(state["scaler"])
             start, best, self.history = state["epoch"] + 1, state["best"], list(state["history"])
+            elapsed = float(state.get("train_seconds", 0.0))  # 0: a checkpoint from before it was kept
             log.info("resuming from %s after epoch %d", last, state["epoch"])
         step_model = op
         if self.world > 1:
@@ -460,13 +502,20 @@ class Trainer:
         batches = EpochBatches(len(train), self.batch_size, self.seed, self.rank, self.world)
         pin = self.pin_memory and train[0].pos.device.type == "cpu"  # only host memory can be pinned
         loader = batch_loader(train, batches, self.h1, self.workers, pin)
-        bar = progress_bar(total=(self.epochs - start) * steps, enabled=self.progress and self.rank == 0,
-                           desc="train", unit="step", leave=False)
+        show = self.progress and self.rank == 0
+        if budget:  # progress in whole seconds of the budget
+            shown = min(int(elapsed), math.ceil(budget))
+            bar = progress_bar(total=math.ceil(budget), initial=shown, enabled=show, desc="train", unit="s", leave=False)
+        else:
+            bar = progress_bar(total=(self.epochs - start) * steps, enabled=show, desc="train", unit="step", leave=False)
+        done = budget is not None and elapsed >= budget  # a resumed run whose budget ran out
         with self._run_lock(), self._summary_writer(start) as board:  # board: None without TensorBoard
             if not resume:
                 for path in stale:  # overwrite=True: the replaced run's files go before its first epoch
                     path.unlink(missing_ok=True)
             for epoch in range(start, self.epochs):
+                if done:  # resumed after the budget ran out
+                    break
                 tic = time.perf_counter()
                 torch.manual_seed(self.seed * 100_003 + epoch)
                 batches.epoch = epoch
@@ -490,14 +539,31 @@ class Trainer:
                         torch.nn.utils.clip_grad_norm_(op.parameters(), self.clip)
                     scaler.step(optimizer)
                     scaler.update()
+                    if budget:
+                        spent = self._spent(elapsed + time.perf_counter() - tic, device)
+                        # the position whose learning rate is that of this share of the budget
+                        # (the step below adds one); clamped to the schedule's last position
+                        share = min(spent / budget, 1.0)
+                        schedule.last_epoch = min(max(share * schedule.total_steps - 1, 0.0),
+                                                  schedule.total_steps - 1.0) - 1
+                        done = spent >= budget
                     schedule.step()
                     total += torch.stack([errors.detach().sum().double(), torch.tensor(len(errors), device=device)])
-                    bar.update()
+                    if budget:
+                        now = min(int(spent), math.ceil(budget))
+                        bar.update(now - shown)
+                        shown = now
+                    else:
+                        bar.update()
                     bar.set_postfix(epoch=epoch, loss=f"{loss.item():.3e}")
+                    if done:  # the budget is spent: this is the last step
+                        break
                 if self.world > 1:
                     dist.all_reduce(total)
+                seconds = time.perf_counter() - tic
+                elapsed += seconds
                 row = {"epoch": epoch, "train": float(total[0] / total[1]), "val": math.nan,
-                       "lr": schedule.get_last_lr()[0], "seconds": time.perf_counter() - tic}
+                       "lr": schedule.get_last_lr()[0], "seconds": seconds, "train_seconds": elapsed}
                 if val:
                     row["val"] = float(evaluate_errors(op, val, self.batch_size, self.h1, val_meshes).mean())  # quadrature-ok: over samples
                 self.history.append(row)
@@ -509,7 +575,7 @@ class Trainer:
                     if self.restore_best:
                         best_state = [t.detach().clone() for t in _tensors(op)]
                 payload.update(optimizer=optimizer.state_dict(), scheduler=schedule.state_dict(),
-                               epoch=epoch, best=best, history=self.history)
+                               epoch=epoch, best=best, history=self.history, train_seconds=elapsed)
                 if self.precision == "fp16":
                     payload["scaler"] = scaler.state_dict()
                 self._write_metrics()  # before last.pt: a resume replays this epoch and rewrites it
@@ -520,6 +586,9 @@ class Trainer:
                             board.add_scalar(key, value, epoch)
                     board.flush()
                 log.info("epoch %d: train %.3e val %.3e", epoch, row["train"], row["val"])
+                if done:
+                    log.info("training-time budget of %g s spent after epoch %d", budget, epoch)
+                    break
         bar.close()
         if self.restore_best:
             if best_state is None and self.out_dir is not None and (self.out_dir / BEST).exists():

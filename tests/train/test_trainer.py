@@ -33,7 +33,7 @@ def test_training_lowers_error_and_writes_metrics(tmp_path, samples):
     after = float(evaluate_errors(op, samples).mean())
     assert after < 0.5 * before
     lines = (tmp_path / "metrics.csv").read_text().splitlines()
-    assert lines[0] == "epoch,train,val,lr,seconds" and len(lines) == 7
+    assert lines[0] == "epoch,train,val,lr,seconds,train_seconds" and len(lines) == 7
     assert (tmp_path / "best.pt").exists() and load_checkpoint(tmp_path / "last.pt")["epoch"] == 5
 
 
@@ -164,7 +164,7 @@ def test_tensorboard_logs_the_metrics_columns(tmp_path, samples):
                       tensorboard=True).fit(samples[:4], samples[4:6])
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
     events = EventAccumulator(str(tmp_path / "tensorboard")).Reload()
-    assert set(events.Tags()["scalars"]) == {"train", "val", "lr", "seconds"}
+    assert set(events.Tags()["scalars"]) == {"train", "val", "lr", "seconds", "train_seconds"}
     for key in ("train", "val", "lr"):
         logged = [(e.step, e.value) for e in events.Scalars(key)]
         assert logged == [(row["epoch"], pytest.approx(row[key], rel=1e-6)) for row in history]
