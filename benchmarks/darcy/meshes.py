@@ -30,9 +30,30 @@ if TYPE_CHECKING:
     from .race import Scale
 
 
-DOMAINS = ("square", "lshape", "holes")
+DOMAINS = ("square", "lshape", "holes", "square_holes", "pores", "heldout")
 HOLES_MESH = Path(__file__).resolve().parents[2] / "meshes" / "disk_two_holes.msh"
 HOLES_H = 0.08  # target edge length of ``HOLES_MESH`` (meshes/generate.py)
+
+#: ``square_holes``: the unit square without two discs ``(cx, cy, r)``; training edge length.
+SQUARE_HOLES = ((0.3, 0.35, 0.12), (0.68, 0.62, 0.09))
+SQUARE_HOLES_H = 0.035
+#: ``pores``: the unit square without 14 small discs ``(cx, cy, r)`` (radii 0.015 to 0.025, each
+#: more than 0.05 from the boundary and the others): features below one cell of a 32 x 32 grid
+#: (spacing 1/31). The meshes grade from edges of ``PORES_NEAR`` at the pores to ``PORES_H``.
+PORES = ((0.14, 0.16, 0.020), (0.38, 0.12, 0.015), (0.63, 0.18, 0.025), (0.86, 0.13, 0.018),
+         (0.22, 0.40, 0.017), (0.47, 0.36, 0.022), (0.74, 0.42, 0.016), (0.90, 0.33, 0.020),
+         (0.12, 0.63, 0.024), (0.36, 0.66, 0.019), (0.60, 0.60, 0.015), (0.84, 0.70, 0.023),
+         (0.27, 0.88, 0.021), (0.64, 0.86, 0.018))
+PORES_H, PORES_NEAR = 1 / 32, 0.008
+#: ``heldout`` (a geometry used nowhere else): the quarter annulus ``HELDOUT_RADII[0] <= |x| <=
+#: HELDOUT_RADII[1]``, ``x, y >= 0``, without the ellipse ``(cx, cy, a, b, angle)`` (semi-axes
+#: ``a >= b``, the major axis turned by ``angle`` radians from the x axis).
+HELDOUT_RADII = (0.35, 1.0)
+HELDOUT_ELLIPSE = (0.62, 0.45, 0.12, 0.06, np.pi / 6)
+HELDOUT_H = 0.03
+#: Longest chord of the polygons that stand for the curved boundaries in every mesh of the domain
+#: (the tests check it): :func:`inside` counts points within twice its sagitta as inside.
+CHORDS = {"holes": HOLES_H, "square_holes": 1.3 * SQUARE_HOLES_H, "pores": 0.012, "heldout": 1.3 * HELDOUT_H}
 #: Isometries that leave each domain, the Darcy problem (source 1, zero boundary values) and the
 #: coefficient law on the domain's bounding box invariant (the holed disk has none but the identity).
 SYMMETRIES = {"square": dihedral(4, (0.5, 0.5)), "lshape": dihedral(1, (0.0, 0.0), -np.pi / 4)}
@@ -68,13 +89,104 @@ def _triangles(points: np.ndarray, cells: np.ndarray):
     return families.from_skfem(skfem.MeshTri1(np.ascontiguousarray(points.T), np.ascontiguousarray(cells.T)))
 
 
+def _gmsh(name: str, geometry, h: float, size=None, algorithm: int = 6):
+    """The triangle mesh gmsh makes of the surface ``geometry(occ)`` builds: edge lengths up to
+    ``h``, and up to ``size(x, y)`` where given (then only that and ``h`` set the sizes); mesher
+    ``algorithm`` (6 Frontal-Delaunay, 5 Delaunay, 1 MeshAdapt). One thread and a fixed seed:
+    the same nodes on every call."""
+    import gmsh
+
+    def build(occ):
+        geometry(occ)
+        occ.synchronize()
+        gmsh.option.setNumber("General.NumThreads", 1)
+        gmsh.option.setNumber("Mesh.RandomSeed", 1)
+        gmsh.option.setNumber("Mesh.Algorithm", algorithm)
+        if size is not None:
+            for option in ("MeshSizeExtendFromBoundary", "MeshSizeFromPoints", "MeshSizeFromCurvature"):
+                gmsh.option.setNumber(f"Mesh.{option}", 0)
+            gmsh.model.mesh.setSizeCallback(lambda dim, tag, x, y, z, lc: min(lc, size(x, y)))
+
+    mesh = families._gmsh_triangles(name, build, h)
+    return _triangles(mesh.points[:, :2], mesh.cells_dict["triangle"])
+
+
+def _square_without(discs):
+    def geometry(occ):
+        square = occ.addRectangle(0, 0, 0, 1, 1)
+        occ.cut([(2, square)], [(2, occ.addDisk(cx, cy, 0, r, r)) for cx, cy, r in discs])
+
+    return geometry
+
+
+def _to_discs(discs, x, y) -> float:
+    """Distance from ``(x, y)`` to the nearest circle of ``discs``."""
+    return min(abs(np.hypot(x - cx, y - cy) - r) for cx, cy, r in discs)
+
+
+def _to_ellipse(x, y) -> float:
+    """About the distance from ``(x, y)`` to the ellipse of ``heldout`` (a size function only)."""
+    cx, cy, a, b, angle = HELDOUT_ELLIPSE
+    u = (x - cx) * np.cos(angle) + (y - cy) * np.sin(angle)
+    v = -(x - cx) * np.sin(angle) + (y - cy) * np.cos(angle)
+    return b * abs(np.hypot(u / a, v / b) - 1)
+
+
+def _heldout(occ):
+    r0, r1 = HELDOUT_RADII
+    cx, cy, a, b, angle = HELDOUT_ELLIPSE
+    ring, _ = occ.cut([(2, occ.addDisk(0, 0, 0, r1, r1))], [(2, occ.addDisk(0, 0, 0, r0, r0))])
+    quarter, _ = occ.intersect(ring, [(2, occ.addRectangle(0, 0, 0, r1, r1))])
+    ellipse = occ.addDisk(cx, cy, 0, a, b)
+    occ.rotate([(2, ellipse)], cx, cy, 0, 0, 0, 1, angle)
+    occ.cut(quarter, [(2, ellipse)])
+
+
+def _fixed_meshes(domain: str) -> dict[str, object]:
+    """The four meshes of a fixed-size gmsh domain (``square_holes``, ``pores``, ``heldout``)."""
+    if domain == "square_holes":
+        train = families.square_with_holes(SQUARE_HOLES, SQUARE_HOLES_H)
+        train = _triangles(train.points[:, :2], train.cells_dict["triangle"])
+        graded = _gmsh("square_holes_graded", _square_without(SQUARE_HOLES), 0.07,
+                       lambda x, y: 0.01 + 0.25 * _to_discs(SQUARE_HOLES, x, y))
+        foreign = _gmsh("square_holes_foreign", _square_without(SQUARE_HOLES), SQUARE_HOLES_H / 1.2,
+                        algorithm=5)
+    elif domain == "pores":
+        def near(x, y):
+            return PORES_NEAR + 0.8 * _to_discs(PORES, x, y)
+
+        train = _gmsh("pores", _square_without(PORES), PORES_H, near)
+        graded = _gmsh("pores_graded", _square_without(PORES), 0.07,
+                       lambda x, y: min(near(x, y), 0.018 + 0.045 * x))
+        foreign = _gmsh("pores_foreign", _square_without(PORES), PORES_H / 1.25,
+                        lambda x, y: PORES_NEAR / 1.25 + 0.65 * _to_discs(PORES, x, y), algorithm=5)
+    elif domain == "heldout":
+        train = _gmsh("heldout", _heldout, HELDOUT_H)
+        graded = _gmsh("heldout_graded", _heldout, 0.07,  # the ellipse kept at the training size
+                       lambda x, y: min(0.008 + 0.1 * (np.hypot(x, y) - HELDOUT_RADII[0]),
+                                        HELDOUT_H + _to_ellipse(x, y)))
+        foreign = _gmsh("heldout_foreign", _heldout, HELDOUT_H / 1.18, algorithm=5)
+    else:
+        raise ValueError(f"domain must be one of {DOMAINS}, got {domain!r}")
+    return {"train": train, "refined": families.refine(train, 1), "graded": graded, "foreign": foreign}
+
+
 def benchmark_meshes(n: int, domain: str = "square") -> dict[str, object]:
     """Meshes of one domain carrying the test samples; ``"train"`` is the training mesh.
 
     ``square``: the irregular training mesh, its uniform refinement, a graded mesh and a foreign
     irregular mesh; ``lshape``: a jittered mesh with ``n`` cells per unit, its refinement, the
     structured mesh and a jittered one with ``1.5 n``; ``holes``: ``meshes/disk_two_holes.msh``
-    (fixed size, ``n`` is ignored), its refinement and a perturbed copy."""
+    (fixed size, ``n`` is ignored), its refinement and a perturbed copy.
+
+    The fixed-size gmsh domains (``n`` is ignored; every call gives the same nodes) have the
+    training mesh, its refinement, a ``"graded"`` mesh of about the training mesh's nodes and a
+    ``"foreign"`` one of another mesher (Delaunay instead of Frontal-Delaunay) with about 1.5 times
+    them: ``square_holes`` (:data:`SQUARE_HOLES`, about 1000 training nodes; graded: fine at the
+    holes), ``pores`` (:data:`PORES`, about 1800 training nodes, every mesh fine at the pores;
+    graded: also fine toward ``x = 0``) and ``heldout`` (the quarter annulus with an elliptic hole
+    of :data:`HELDOUT_RADII`, :data:`HELDOUT_ELLIPSE`, about 1000 training nodes; graded: fine at
+    the inner arc)."""
     if domain == "square":
         train = families.unit_square(n, "irregular", seed=0)
         return {"train": train, "refined": families.refine(train, 1),
@@ -92,12 +204,16 @@ def benchmark_meshes(n: int, domain: str = "square") -> dict[str, object]:
             train = meshio.read(HOLES_MESH)
         train = _triangles(train.points[:, :2], train.cells_dict["triangle"])
         return {"train": train, "refined": families.refine(train, 1), "perturbed": jitter(train, seed=1)}
+    if domain in ("square_holes", "pores", "heldout"):
+        return _fixed_meshes(domain)
     raise ValueError(f"domain must be one of {DOMAINS}, got {domain!r}")
 
 
 def cell_size(n: int, domain: str = "square") -> float:
-    """Typical edge length of the training mesh of :func:`benchmark_meshes`."""
-    return HOLES_H if domain == "holes" else 1.0 / n
+    """Typical edge length of the training mesh of :func:`benchmark_meshes` (``n`` is ignored for the
+    fixed-size domains; ``pores``: the size away from the pores)."""
+    fixed = {"holes": HOLES_H, "square_holes": SQUARE_HOLES_H, "pores": PORES_H, "heldout": HELDOUT_H}
+    return fixed.get(domain, 1.0 / n)
 
 
 def inside(domain: str, points: np.ndarray) -> np.ndarray:
@@ -107,12 +223,27 @@ def inside(domain: str, points: np.ndarray) -> np.ndarray:
         return np.ones(len(points), dtype=bool)
     if domain == "lshape":
         return ~((x > tol) & (y < -tol))
-    if domain == "holes":
-        keep = x**2 + y**2 <= (families.DISK_RADIUS + tol) ** 2
-        for cx, cy, r in families.DISK_HOLES:  # the meshes' holes are polygons inscribed in
-            sag = HOLES_H**2 / (4 * r)  # the circles: points within twice the chords' sagitta count as inside
+    if domain in ("holes", "square_holes", "pores"):
+        if domain == "holes":
+            keep, discs = x**2 + y**2 <= (families.DISK_RADIUS + tol) ** 2, families.DISK_HOLES
+        else:
+            keep = (x >= -tol) & (x <= 1 + tol) & (y >= -tol) & (y <= 1 + tol)
+            discs = SQUARE_HOLES if domain == "square_holes" else PORES
+        for cx, cy, r in discs:  # the meshes' holes are polygons inscribed in the circles: points
+            sag = CHORDS[domain] ** 2 / (4 * r)  # within twice the chords' sagitta count as inside
             keep &= (x - cx) ** 2 + (y - cy) ** 2 >= (r - sag) ** 2
         return keep
+    if domain == "heldout":
+        (r0, r1), (cx, cy, a, b, angle) = HELDOUT_RADII, HELDOUT_ELLIPSE
+        r = np.hypot(x, y)
+        keep = (x >= -tol) & (y >= -tol) & (r <= r1 + tol) & (r >= r0 - CHORDS[domain] ** 2 / (4 * r0))
+        # the polygon inscribed in the ellipse lies within twice the sagitta d of its chords (at
+        # the ellipse's smallest radius of curvature b^2 / a) of the curve, and the ellipse with
+        # semi-axes a - d, b - d lies at least d inside it (compare the support functions)
+        d = CHORDS[domain] ** 2 * a / (4 * b**2)
+        u = (x - cx) * np.cos(angle) + (y - cy) * np.sin(angle)
+        v = -(x - cx) * np.sin(angle) + (y - cy) * np.cos(angle)
+        return keep & ((u / (a - d)) ** 2 + (v / (b - d)) ** 2 >= 1)
     raise ValueError(f"domain must be one of {DOMAINS}, got {domain!r}")
 
 

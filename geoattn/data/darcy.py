@@ -4,7 +4,8 @@ solved with P1 finite elements (scikit-fem) on triangle and tetrahedron meshes.
 The coefficient is any callable on points, evaluated at the quadrature points of every cell (so a
 field drawn once, e.g. a :class:`~geoattn.data.grf.GRFSample`, is the same continuum coefficient on
 every mesh), and the coefficient families of the papers are :class:`Lognormal` and
-:class:`PiecewiseConstant` push-forwards of a Gaussian random field.
+:class:`PiecewiseConstant` push-forwards of a Gaussian random field (and :class:`ThreePhase` a
+held-out one).
 """
 
 from __future__ import annotations
@@ -181,14 +182,73 @@ class PiecewiseConstant:
         return np.where(g >= 0, self.high, self.low)
 
 
+#: :math:`\Phi^{-1}(2/3)`: a centred Gaussian lies below :math:`-q\sigma`, between :math:`\pm q\sigma`
+#: and above :math:`q\sigma` with probability 1/3 each.
+TERCILE = 0.43072729929545744
+
+
+@dataclass
+class ThreePhase:
+    r"""The three-valued coefficient of a field :math:`g` thresholded at its pointwise terciles:
+    :math:`a(x) = a_0` where :math:`g(x) < -q\,s(x)`, :math:`a_2` where :math:`g(x) \ge q\,s(x)`,
+    else :math:`a_1`, with :math:`q = \Phi^{-1}(2/3)` (:data:`TERCILE`) and :math:`s(x)^2 =
+    C(x, x)` the variance of the field's law at :math:`x`, so that each phase has probability
+    exactly 1/3 at every point. The Neumann cosine fields are not stationary (the ``"cao"``
+    field's standard deviation is about 0.16 at the square's centre and 0.47 at its corners), so
+    fixed levels would not split the phases evenly.
+
+    Args:
+        field: a drawn field (a :class:`~geoattn.data.grf.GRFSample`).
+        law: the field's law (default: the ``"cao"`` preset on the sample's box with its modes).
+        values: :math:`(a_0, a_1, a_2)`. (default: ``(1, 5, 25)``, contrast 25)
+    """
+
+    field: Callable
+    law: GaussianRandomField | None = None
+    values: tuple[float, float, float] = (1.0, 5.0, 25.0)
+
+    def __post_init__(self):
+        if self.law is None:
+            self.law = preset("cao", box=self.field.box, modes=self.field.coefficients.shape)
+
+    def __call__(self, points):
+        g = self.field(points)
+        bound = TERCILE * _pointwise_std(self.law, points)
+        low, mid, high = self.values
+        if isinstance(g, torch.Tensor):
+            return torch.where(g < -bound, low, torch.where(g >= bound, high, mid)).to(g.dtype)
+        return np.where(g < -bound, low, np.where(g >= bound, high, mid))
+
+
+def _pointwise_std(law: GaussianRandomField, points):
+    r""":math:`s(x) = (\sum_k \mathrm{std}_k^2 \varphi_k(x)^2)^{1/2}` at ``points`` (numpy or torch):
+    the contraction of a sample's evaluation with squared cosines and squared coefficients."""
+    from .grf import _axis_cosines
+
+    xp = torch if isinstance(points, torch.Tensor) else np
+    if xp is np:
+        points = np.asarray(points, dtype=float)
+    cos = [c * c for c in _axis_cosines(law.box, points, law.modes, xp)]
+    var = law.std**2
+    if xp is torch:
+        var = torch.as_tensor(var, dtype=points.dtype, device=points.device)
+    n = points.shape[0]
+    r = var.reshape(law.modes[0], -1).T @ cos[0]
+    for c, m in zip(cos[1:], law.modes[1:]):
+        r = xp.einsum("krn,kn->rn", r.reshape(m, -1, n), c)
+    return xp.sqrt(r.reshape(n))
+
+
 #: Coefficient families by name.
-FAMILIES = {"lognormal": Lognormal, "piecewise": PiecewiseConstant}
+FAMILIES = {"lognormal": Lognormal, "piecewise": PiecewiseConstant, "threephase": ThreePhase}
 
 
 def coefficient(field: GaussianRandomField, seed: int, index: int, family: str = "piecewise"):
     """Coefficient ``index`` of the stream ``seed`` in ``family`` (a callable on points)."""
     if family not in FAMILIES:
         raise ValueError(f"unknown coefficient family {family!r}; choose one of {sorted(FAMILIES)}")
+    if family == "threephase":  # thresholds from the law the sample is drawn from
+        return ThreePhase(field.sample(seed, index), law=field)
     return FAMILIES[family](field.sample(seed, index))
 
 
@@ -201,7 +261,9 @@ def darcy_samples(meshes: Mapping[str, meshio.Mesh], n: int, seed: int, family: 
         meshes: meshes by name (triangles or tetrahedra).
         n: number of samples.
         seed: stream seed; sample ``i`` depends only on ``(seed, i)``.
-        family: ``"piecewise"`` (12 / 3) or ``"lognormal"``.
+        family: ``"piecewise"`` (12 where the field is nonnegative, else 3), ``"lognormal"``
+            (:math:`e^g`) or ``"threephase"`` (:class:`ThreePhase`: 1, 5 and 25 below, between
+            and above the field's pointwise terciles, each phase with probability 1/3).
         field: the Gaussian random field (default: the ``"cao"`` preset on the unit square).
         f: source, a number or a callable on points. (default: ``1.0``)
         start: index of the first sample. (default: ``0``)
@@ -239,5 +301,5 @@ def sample_data(base: MeshData, x: np.ndarray, y: np.ndarray) -> MeshData:
     return data
 
 
-__all__ = ["DarcyProblem", "FAMILIES", "Lognormal", "PiecewiseConstant", "coefficient",
-           "darcy_samples", "sample_data", "solve_darcy", "solve_darcy_many", "solve_sample"]
+__all__ = ["DarcyProblem", "FAMILIES", "Lognormal", "PiecewiseConstant", "TERCILE", "ThreePhase",
+           "coefficient", "darcy_samples", "sample_data", "solve_darcy", "solve_darcy_many", "solve_sample"]

@@ -6,7 +6,7 @@ import skfem
 import torch
 from skfem.helpers import dot
 
-from geoattn.data.darcy import (DarcyProblem, Lognormal, PiecewiseConstant, coefficient,
+from geoattn.data.darcy import (TERCILE, DarcyProblem, Lognormal, PiecewiseConstant, ThreePhase, coefficient,
                                 darcy_samples, solve_darcy, solve_darcy_many)
 from geoattn.data.grf import preset
 from geoattn.mesh import families
@@ -118,6 +118,53 @@ def test_coefficient_families_values_and_torch():
     xt = torch.as_tensor(x, dtype=torch.float32)
     assert PiecewiseConstant(g)(xt).dtype == torch.float32
     torch.testing.assert_close(Lognormal(g)(xt), torch.as_tensor(np.exp(g(x)), dtype=torch.float32))
+
+
+def _phases(field, g, x):
+    """The threephase values from a sample's values ``g`` at ``x`` and the field's variance from
+    its covariance matrix (not the family's own contraction), and the points too close to a
+    threshold for rounding to decide."""
+    s = np.sqrt(np.diag(field.covariance(x, x)))
+    z = g / s
+    expected = np.where(z < -TERCILE, 1.0, np.where(z >= TERCILE, 25.0, 5.0))
+    return expected, np.abs(np.abs(z) - TERCILE) < 1e-9
+
+
+@pytest.mark.parametrize("field", [preset("cao"), preset("calvello", box=((0.0, 0.0), (2.0, 1.0)), modes=16)])
+def test_threephase_is_the_sample_cut_at_its_terciles(field):
+    from scipy.stats import norm
+
+    assert TERCILE == pytest.approx(norm.ppf(2 / 3), abs=1e-15)
+    x = np.random.default_rng(1).random((400, 2)) * (field.box[1] - field.box[0]) + field.box[0]
+    for index in range(3):
+        a = coefficient(field, 0, index, "threephase")
+        values = a(x)
+        assert set(np.unique(values)) == {1.0, 5.0, 25.0}
+        expected, tie = _phases(field, field.sample(0, index)(x), x)
+        assert tie.sum() == 0
+        np.testing.assert_array_equal(values, expected)
+        xt = torch.as_tensor(x, dtype=torch.float64)
+        np.testing.assert_array_equal(a(xt).numpy(), expected)
+        assert a(xt.float()).dtype == torch.float32
+    # without a law the family takes the "cao" field's on the sample's box and modes
+    g = preset("cao").sample(0, 5)
+    u = x % 1.0
+    np.testing.assert_array_equal(ThreePhase(g)(u), coefficient(preset("cao"), 0, 5, "threephase")(u))
+
+
+def test_threephase_phases_have_probability_one_third():
+    # One sample's phases at many points are strongly correlated (a few patches of the field's
+    # length scale), so their fractions are far from binomial. Across samples they are: sample i
+    # at its own uniform point is in each phase with probability exactly 1/3 (the thresholds are
+    # the pointwise terciles), independently of the other samples, so each phase count of S
+    # samples is Binomial(S, 1/3): standard deviation sqrt(S 2/9) = 25.8 for S = 3000, and
+    # 5 standard deviations (129, a fraction of 0.043) fail with probability below 1e-6.
+    field, n = preset("cao"), 3000
+    points = np.random.default_rng(2).random((n, 2))
+    values = np.array([ThreePhase(field.sample(7, i), field)(points[i:i + 1])[0] for i in range(n)])
+    counts = np.array([(values == v).sum() for v in (1.0, 5.0, 25.0)])
+    assert counts.sum() == n
+    assert np.all(np.abs(counts - n / 3) < 5 * np.sqrt(n * 2 / 9)), counts
 
 
 def test_rejects_bad_inputs():
