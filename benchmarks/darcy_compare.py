@@ -13,18 +13,15 @@ carrying the same continuum test samples (:func:`benchmark_meshes`).
 Two ways to make the race fair:
 
 - epochs (default): every model trains for the same number of epochs (``--epochs``);
-- wall-clock budget (``--seconds S``): every model trains for about ``S`` seconds. The one-cycle
-  schedule needs its total step count up front, so the epoch time ``t_epoch`` is measured first
-  on throw-away epochs (:func:`budget_epochs`; the weights are then reset to their initial
-  values), and the model trains for ``max(1, floor(S / t_epoch))`` epochs with the full one-cycle
-  schedule: the same run as ``--epochs`` with that count. The probe is not part of the budget;
-  the table reports the epochs done and the wall time they actually took (``train s``), so a
-  budget missed because the machine's speed changed shows. On a shared machine, ``--clock cpu``
-  times the probe epochs by the process's CPU time instead, which other work does not stretch.
+- training-time budget (``--seconds S``): every model trains until its measured training time
+  (the optimiser steps, not the scoring between epochs) reaches ``S`` seconds
+  (:class:`geoattn.train.Trainer`'s ``seconds``); its one-cycle schedule follows the elapsed
+  share of the budget, so no epoch count is guessed in advance. The table reports the epochs
+  done and the training time they took (``train s``).
 
 Every model is scored after its last epoch, or with ``--validation K`` at its best epoch on ``K``
-more samples of the training mesh (the same for every model; scored after every epoch, which
-the CPU-clock probe counts), as a user keeping ``best.pt`` would. With ``--ensemble K`` every
+more samples of the training mesh (the same for every model; scored after every epoch, outside
+the budget), as a user keeping ``best.pt`` would. With ``--ensemble K`` every
 model is ``K`` members (seeds ``0..K-1``), each trained for ``1/K`` of the budget (or for
 ``--epochs`` each without one), and their mean (:class:`geoattn.train.Ensemble`) is scored.
 
@@ -100,10 +97,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--weight-decay", type=float,
                         help="AdamW's weight decay, the same for every model (default 1e-4)")
     parser.add_argument("--seconds", type=float,
-                        help="wall-clock training budget per model (epochs follow from its speed; default: --epochs)")
-    parser.add_argument("--clock", default="wall", choices=["wall", "cpu"],
-                        help="what --seconds counts: wall time, or the process's CPU time, which other work on a "
-                             "shared machine does not stretch (use with --threads 1; default wall)")
+                        help="training time per model, measured as it trains (--epochs becomes a cap; default: "
+                             "train for --epochs)")
     parser.add_argument("--domain", default="square", choices=DOMAINS, help="training domain (default square)")
     parser.add_argument("--out", type=Path, help="folder for results.json, table.md and the plots")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
@@ -130,6 +125,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--coarsen", type=float, metavar="P",
                         help="share P of the training samples whose input geoattn's models see through a random "
                              "subset of the nodes, thinned harder toward one side, interpolated back (default 0)")
+    parser.add_argument("--refine-data", action="store_true", default=None,
+                        help="geoattn's models train on the training samples carried to the training mesh refined "
+                             "once by linear interpolation (geoattn.data.refined_samples): the loss against the "
+                             "data's interpolants between the nodes too (the race scale sets it)")
     parser.add_argument("--symmetries", action="store_true",
                         help="train every model on each training sample carried by the domain's symmetries "
                              "(SYMMETRIES: the square's 8, the L-shape's diagonal reflection), checked with "

@@ -2,8 +2,10 @@
 
 :class:`Scale` holds the sizes of one run (:data:`SCALES` its presets); :func:`model_factories`
 builds every model of the race (geoattn's and the peers of :mod:`darcy.peers`);
-:func:`budget_epochs` turns a wall-clock budget into epochs; :func:`run_family` trains every model
-on one coefficient family and scores it on every mesh of the domain.
+:func:`peer_configuration` and :func:`multigrid_configuration` size FNO's grid and the multigrid's
+grids from the training mesh's node count; :func:`run_family` trains every model on one
+coefficient family, for the same number of epochs or the same measured training time
+(:class:`geoattn.train.Trainer`'s ``seconds``), and scores it on every mesh of the domain.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ import inspect
 import logging
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from scipy.spatial import Delaunay
 
+from geoattn.data import refined_samples
 from geoattn.eval import CrossMeshReport, cross_mesh_report, training_size
 from geoattn.mesh.interpolation import linear_interpolation
 from geoattn.mesh.refinement import refine_to
@@ -27,7 +30,7 @@ from geoattn.mesh.symmetry import augment
 from geoattn.models import MODELS, build_model
 from geoattn.operators import RefinedOperator
 from geoattn.nn.spectral import resolved_modes
-from geoattn.train import NormalizedOperator, Trainer, symmetrize, train_ensemble
+from geoattn.train import NormalizedOperator, symmetrize, train_ensemble
 
 from .meshes import (SYMMETRIES, benchmark_meshes, cell_size, coefficient_field, reference_targets,
                      solve_samples)
@@ -50,9 +53,9 @@ class Scale:
     weight_decay: float = 1e-4  # AdamW's decoupled weight decay, the same for every model
     width: int = 32
     depth: int = 3
-    grid: int = 32
-    modes: int = 12
-    seconds: float | None = None  # wall-clock budget per model (None: train for ``epochs``)
+    grid: int | None = None  # FNO's grid points per axis (None: matched to the training mesh's nodes)
+    modes: int = 16  # FNO's n_modes per axis (neuralop's Darcy example: 16)
+    seconds: float | None = None  # training time per model, measured by the trainer (None: ``epochs``)
     supersample: int = 1  # geoattn models compute on meshes refined to the training edge / this
     mix_resolution: float = 0.0  # share of training batches geoattn models compute on meshes refined to the edge / 2
     coarsen: float = 0.0  # share of training samples whose input geoattn models see through a thinned node set
@@ -60,17 +63,20 @@ class Scale:
     quadrature: str = "nodal"  # mesh_fno's forward transforms: nodal quadrature or exact on the P1 interpolant
     mesh_fno_local: float | None = None  # mesh_fno's local integral: its radius in training-mesh cells (None: none)
     symmetries: bool = False  # train every model on the training samples carried by the domain's symmetries
-    clock: str = "wall"  # what ``seconds`` counts: wall time, or the process's CPU time ("cpu")
     validation: int = 0  # held-out samples on the training mesh: each model keeps its best epoch on them
     ensemble: int = 1  # members per model, each trained for 1 / ensemble of the budget; scored as their mean
     data_workers: int = 1  # processes solving the Darcy samples (the samples do not depend on it)
+    refine_data: bool = False  # geoattn's models train on the samples carried to the training mesh refined once
 
 
 SCALES = {
     "tiny": Scale(mesh_n=6, n_train=4, n_test=2, epochs=1, batch_size=2, width=8, depth=1, grid=8, modes=3),
-    "cpu": Scale(mesh_n=12, n_train=100, n_test=30, epochs=8, width=32, depth=3, grid=16, modes=6),
-    "gpu": Scale(mesh_n=64, n_train=1000, n_test=200, epochs=300, batch_size=8, width=64, depth=4,
-                 grid=64, modes=16),
+    "cpu": Scale(mesh_n=12, n_train=100, n_test=30, epochs=8, width=32, depth=3),
+    "race": Scale(mesh_n=32, n_train=200, n_test=50, epochs=10**6, width=32, depth=4, seconds=300,
+                  quadrature="p1", refine_data=True),
+    "race-gpu": Scale(mesh_n=64, n_train=1000, n_test=200, epochs=10**6, batch_size=8, width=32, depth=4,
+                      seconds=240, quadrature="p1", refine_data=True),
+    "gpu": Scale(mesh_n=64, n_train=1000, n_test=200, epochs=300, batch_size=8, width=64, depth=4),
 }
 
 
@@ -89,6 +95,37 @@ def patch_resolution(mesh_n: int, domain: str = "square") -> dict[str, int]:
     for parts in (64, 16, 4, 1):
         if nodes / parts >= 9 or parts == 1:
             return {"num_patches": parts, "modes": resolved_modes(nodes / parts, 2)}
+
+
+def training_nodes(mesh_n: int, domain: str = "square") -> int:
+    """Nodes of the domain's training mesh."""
+    return len(benchmark_meshes(mesh_n, domain)["train"].points)
+
+
+def domain_box(mesh_n: int, domain: str = "square") -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The bounding box of all the domain's meshes, ``(lower, upper)`` corners."""
+    points = np.concatenate([m.points[:, :2] for m in benchmark_meshes(mesh_n, domain).values()])
+    return tuple(map(float, points.min(0))), tuple(map(float, points.max(0)))
+
+
+def peer_configuration(scale: Scale, domain: str = "square") -> dict:
+    """FNO through a grid as its users would configure it: ``s x s`` grid points with
+    ``s = round(sqrt(N))`` for the ``N`` nodes of the training mesh (unless the scale fixes
+    ``grid``), neuralop's example modes (``scale.modes``, at most ``s // 2``), 4 layers, the
+    scale's width; masked outside the domain unless it is the square."""
+    s = scale.grid or round(training_nodes(scale.mesh_n, domain) ** 0.5)
+    return dict(grid=s, modes=min(scale.modes, s // 2), width=scale.width, depth=4,
+                domain=None if domain == "square" else domain)
+
+
+def multigrid_configuration(scale: Scale, domain: str = "square", levels: int = 4) -> dict:
+    """The multigrid's first grid over the domain's bounding box, with about as many cells as the
+    training mesh has nodes (a multiple of ``2 ** (levels - 1)`` per axis), and ``levels`` grids."""
+    side = training_nodes(scale.mesh_n, domain) ** 0.5
+    levels = max(1, min(levels, int(np.log2(side / 2)) + 1))  # at least 2 cells on the coarsest grid
+    step = 2 ** (levels - 1)
+    grid = max(2 * step, step * round(side / step))
+    return dict(grid=grid, levels=levels, box=domain_box(scale.mesh_n, domain))
 
 
 class MixedResolution(RefinedOperator):
@@ -195,6 +232,8 @@ def model_factories(scale: Scale, names: list[str] | None = None, domain: str = 
               if k in params}
         if "num_patches" in params:
             kw.update(patch_resolution(scale.mesh_n, domain))
+        elif "levels" in params:
+            kw.update(multigrid_configuration(scale, domain))
         elif "modes" in params:
             if "quadrature" in params:
                 kw["quadrature"] = scale.quadrature
@@ -208,9 +247,10 @@ def model_factories(scale: Scale, names: list[str] | None = None, domain: str = 
     except ImportError:
         log.warning("neuralop is not installed: skipping GINO and FNO (pip install 'geoattn[compare]')")
     else:
-        common = dict(in_channels=1, out_channels=1, grid=scale.grid, modes=scale.modes, width=scale.width)
-        out["neuralop-gino"] = lambda: MeshGINO(radius=radius, **common)
-        out["neuralop-fno"] = lambda: GridFNO(domain=None if domain == "square" else domain, **common)
+        fno = peer_configuration(scale, domain)
+        gino = dict(grid=fno["grid"], modes=fno["modes"], width=scale.width)
+        out["neuralop-gino"] = lambda: MeshGINO(in_channels=1, out_channels=1, radius=radius, **gino)
+        out["neuralop-fno"] = lambda: GridFNO(in_channels=1, out_channels=1, **fno)
     from physicsnemo_transolver import load_transolver
 
     if load_transolver() is None:
@@ -269,35 +309,14 @@ class PeakMemory:
         self.mib = (self.peak - self.base) / 2**20
 
 
-def budget_epochs(op: NormalizedOperator, train: list, scale: Scale, seed: int = 0,
-                  val: list | None = None) -> int:
-    """Epochs that fit in ``scale.seconds``, from the time of throw-away epochs: one when it takes
-    the whole budget or more, else at least two and up to ten until they add up to 5 % of the
-    budget, timed by the median of all but the first one (which also pays one-time costs such as
-    neighbour graphs and interpolation matrices). With ``scale.clock == "cpu"`` the epochs are
-    timed by the process's CPU time from the first optimiser step on (the sample checks and the
-    normaliser fits of each probe are not an epoch's work), which other work on a shared machine
-    stretches less than the wall time (with one thread it is the wall time of an idle machine); with
-    validation samples ``val`` the CPU time includes their scoring after the epoch (the wall time
-    does not). The weights are then put back to their initial values."""
-    tensors = [*op.parameters(), *op.buffers()]  # not state_dict: neuralop adds non-tensor entries
-    initial = [t.detach().clone() for t in tensors]
-    seconds = []
-    while not seconds or (seconds[0] < scale.seconds and len(seconds) < 10
-                          and (len(seconds) < 2 or sum(seconds) < scale.seconds / 20)):
-        probe = Trainer(op, epochs=1, batch_size=scale.batch_size, lr=scale.lr, weight_decay=scale.weight_decay,
-                        seed=seed, progress=False)
-        first: list[float] = []  # CPU time at the first optimiser step: after the checks and normaliser fits
-        wall = probe.fit(train, val, on_step=lambda epoch, step: first or first.append(time.process_time()))[-1]["seconds"]
-        steps = -(-len(train) // scale.batch_size)
-        # the first step's batch and forward pass come before the mark: count them as an average step
-        cpu = (time.process_time() - first[0]) * steps / max(1, steps - 1) if steps > 1 else wall
-        seconds.append(cpu if scale.clock == "cpu" else wall)
-    with torch.no_grad():
-        for t, t0 in zip(tensors, initial):
-            t.copy_(t0)
-    log.info("probe epochs: %s s (%s)", ", ".join(f"{s:.1f}" for s in seconds), scale.clock)
-    return max(1, int(scale.seconds / float(np.median(seconds[1:] or seconds))))
+def configuration(op: torch.nn.Module) -> str:
+    """A model's configuration in one line: its class and its constructor's settings."""
+    model = op.members[0] if hasattr(op, "members") else op
+    model = getattr(model, "model", model)
+    model = getattr(model, "op", model)  # inside a RefinedOperator / MixedResolution
+    settings = getattr(model, "hparams", None)
+    text = ", ".join(f"{k}={v}" for k, v in settings.items()) if settings else model.extra_repr()
+    return f"{type(model).__name__}({text})"
 
 
 def run_family(family: str, scale: Scale, names: list[str] | None, device: torch.device,
@@ -330,6 +349,8 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
             torch.cuda.empty_cache()
 
     report = CrossMeshReport({mesh: samples[0].num_nodes for mesh, samples in test.items()}, "train")
+    # geoattn's models, with refine_data: the loss against the data's interpolants between the nodes too
+    fine = refined_samples(train) if scale.refine_data else train
     size = supersampled_size(scale.mesh_n, domain, scale.supersample)
     for name, make in model_factories(scale, names, domain).items():
         def build(name=name, make=make):
@@ -344,25 +365,27 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
 
         torch.manual_seed(seed)
         try:
-            # each of the ensemble's members trains for its share of the budget
-            epochs = scale.epochs if scale.seconds is None else budget_epochs(
-                build(), train, replace(scale, seconds=scale.seconds / scale.ensemble), seed, val)
+            # each of the ensemble's members trains for its share of the budget, measured as it trains
+            budget = None if scale.seconds is None else scale.seconds / scale.ensemble
             cpu = time.process_time()
             with PeakMemory(device) as mem:
-                ensemble = train_ensemble(build, train, val, members=scale.ensemble, seed=seed, epochs=epochs,
-                                          batch_size=scale.batch_size, lr=scale.lr, weight_decay=scale.weight_decay,
-                                          progress=False, restore_best=bool(val))  # a validation set: its best
+                ensemble = train_ensemble(build, fine if name in MODELS else train, val, members=scale.ensemble, seed=seed, epochs=scale.epochs,
+                                          seconds=budget, batch_size=scale.batch_size, lr=scale.lr,
+                                          weight_decay=scale.weight_decay, progress=False,
+                                          restore_best=bool(val))  # a validation set: its best
             cpu = time.process_time() - cpu
         except RuntimeError as err:  # out of memory (torch.OutOfMemoryError), a device error, a diverged loss
             fail(name, err)
             continue
         op = ensemble if scale.ensemble > 1 else ensemble.members[0]
         seconds = [h["seconds"] for history in ensemble.histories for h in history]
+        epochs = len(ensemble.histories[0])  # of each member (the last one partial with a budget)
         rows[name] = {"parameters": sum(p.numel() for p in op.parameters() if p.requires_grad),
-                      "epochs": epochs,  # of each member
+                      "epochs": epochs,
                       "seconds_per_epoch": float(np.median(seconds)),
                       "train_seconds": float(np.sum(seconds)),
-                      "cpu_seconds_per_epoch": cpu / (epochs * scale.ensemble),
+                      "cpu_seconds_per_epoch": cpu / len(seconds),
+                      "config": configuration(op),
                       "peak_mib": mem.mib,
                       "train_error": float(np.mean([h[-1]["train"] for h in ensemble.histories]))}
         if val:

@@ -66,6 +66,9 @@ def markdown(results: dict, scale: Scale) -> str:
         if best:
             out.append(f"Scored at the best epoch on {scale.validation} validation samples (`--validation`): "
                        + ", ".join(best) + ".\n")
+        configs = [f"- `{name}`: `{r['config']}`" for name, r in res["models"].items() if "config" in r]
+        if configs:
+            out += ["Configurations:", "", *configs, ""]
         if res.get("failed"):
             out.append("Failed, left out: " + "; ".join(f"`{name}` ({why})" for name, why in res["failed"].items())
                        + ".\n")
@@ -113,6 +116,7 @@ def table(results: dict) -> str:
                 lines.append(f"  scored at epoch {r['best_epoch']} of {epochs}, its best on the validation "
                              f"samples ({r['val_error']:.4f})")
         lines += [f"{name:<{width}}failed: {why}" for name, why in res.get("failed", {}).items()]
+        lines += [f"  {name}: {r['config']}" for name, r in res["models"].items() if "config" in r]
     return "\n".join(lines)
 
 

@@ -15,6 +15,7 @@ from .generate import generate_darcy
 from .meshdataset import MeshDataset, dataset_version, write_mesh_dataset
 from .grf import PRESETS, GaussianRandomField, GRFSample, preset
 from .recipe import Recipe, load_recipe
+from .refined import refined_samples
 
 __all__ = [
     "DarcyDataset",
@@ -27,6 +28,7 @@ __all__ = [
     "PiecewiseConstant",
     "Recipe",
     "darcy_samples",
+    "refined_samples",
     "dataset_version",
     "generate_darcy",
     "load_recipe",

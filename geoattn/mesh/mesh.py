@@ -244,17 +244,7 @@ class Mesh:
         def build():
             if self.num_graphs > 1:
                 parts = [m.refined(size) for m in self.graphs()]
-                fine = Mesh.batch([p[0] for p in parts])
-                rows, cols, vals, r0, c0 = [], [], [], 0, 0
-                for f, p in parts:
-                    p = p.coalesce()
-                    rows.append(p.indices()[0] + r0)
-                    cols.append(p.indices()[1] + c0)
-                    vals.append(p.values())
-                    r0, c0 = r0 + p.shape[0], c0 + p.shape[1]
-                matrix = torch.sparse_coo_tensor(torch.stack([torch.cat(rows), torch.cat(cols)]),
-                                                 torch.cat(vals), (r0, c0), check_invariants=True).coalesce()
-                return fine, matrix
+                return Mesh.batch([p[0] for p in parts]), block_diagonal([p[1] for p in parts])
             return _refine_one(self, size)
 
         return self.cached(("refined", float(size)), build)
@@ -263,6 +253,20 @@ class Mesh:
         cells = "" if self.cells is None else f", cells={tuple(self.cells.shape)}"
         graphs = "" if self.num_graphs == 1 else f", graphs={self.num_graphs}"
         return f"Mesh(nodes={self.num_nodes}, dim={self.dim}{cells}{graphs})"
+
+
+def block_diagonal(matrices: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The sparse block-diagonal matrix of sparse ``matrices`` (one block per graph of a batch),
+    coalesced."""
+    rows, cols, vals, r0, c0 = [], [], [], 0, 0
+    for m in matrices:
+        m = m.coalesce()
+        rows.append(m.indices()[0] + r0)
+        cols.append(m.indices()[1] + c0)
+        vals.append(m.values())
+        r0, c0 = r0 + m.shape[0], c0 + m.shape[1]
+    return torch.sparse_coo_tensor(torch.stack([torch.cat(rows), torch.cat(cols)]), torch.cat(vals), (r0, c0),
+                                   check_invariants=True).coalesce()
 
 
 def value_key(obj) -> Hashable:

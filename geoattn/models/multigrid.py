@@ -1,18 +1,16 @@
-r"""Mesh-native multigrid neural operator: V-cycles on grids of the domain, read from and
-written to the nodes by quadrature and interpolation.
+r"""Mesh-native multigrid neural operator: V-cycles on grids of the domain, read from the mesh by
+Galerkin integrals and written back by interpolation.
 
-The coarse levels are regular grids over a box fixed at construction, so they are the same on
-every mesh of the domain; the fine level is the mesh's nodes. The two are joined by a pair of
-transfer operators that are discretisations of fixed continuum operators:
+The grids are regular grids over a box fixed at construction, so they are the same on every mesh
+of the domain; the mesh enters only through a pair of transfer operators that discretise fixed
+continuum operators:
 
-- :func:`grid_stencil`: the cell-centred, piecewise-(bi/tri)linear basis :math:`\phi_c` of the
-  first grid at every node (``2^d`` cells and values per node, by index arithmetic);
-- :func:`prolong_to_nodes`: the interpolant :math:`\sum_c \phi_c(x_i)\, g_c` at the nodes;
-- :func:`restrict_to_grid`: the :math:`\phi_c`-weighted cell averages
-  :math:`\int_D \phi_c u / \int_D \phi_c` by the nodes' quadrature, and the covered fraction
-  :math:`\int_D \phi_c / |c|` of each cell.
-
-The restriction is the quadrature-weighted adjoint of the prolongation, normalised per cell.
+- :func:`restriction`: the :math:`\phi_c`-weighted cell averages
+  :math:`\int_D \phi_c\, I_h h / \int_D \phi_c` of the piecewise-linear interpolant
+  :math:`I_h h` of node values, integrated cell by cell (:func:`simplex_points`), and the covered
+  fraction :math:`\int_D \phi_c / |c|` of each grid cell (:func:`restrict` applies it);
+- :func:`prolong_to_nodes`: the grid function's interpolant :math:`\sum_c \phi_c(x_i)\, g_c` at
+  the nodes, with :func:`grid_stencil` the cell-centred multilinear basis :math:`\phi_c` there.
 """
 
 from __future__ import annotations
@@ -25,16 +23,15 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch_geometric.utils import scatter
 
 from ..errors import ConfigError
-from ..mesh.mesh import Mesh
+from ..mesh.mesh import Mesh, block_diagonal
 from ..nn.functional import num_graphs as count_graphs
 from .base import NeuralOperator
 from .encoder import CoordinateFeatures, PointwiseMLP
 
-__all__ = ["GridStencil", "MultigridOperator", "VCycle", "grid_stencil", "prolong_to_nodes",
-           "restrict_to_grid"]
+__all__ = ["GridStencil", "MultigridOperator", "Restriction", "VCycle", "grid_stencil", "prolong_to_nodes",
+           "restrict", "restriction", "simplex_points"]
 
 _CONV = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
 _POOL = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
@@ -94,37 +91,79 @@ def grid_stencil(pos: torch.Tensor, batch: torch.Tensor | None, box: torch.Tenso
     return GridStencil(torch.stack(index, 1), torch.stack(value, 1), b, tuple(shape))
 
 
-def restrict_to_grid(h: torch.Tensor, weight: torch.Tensor, stencil: GridStencil,
-                     cell_volume: float) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""The :math:`\phi_c`-weighted cell averages of ``h`` and the covered fraction of each cell,
+class Restriction(NamedTuple):
+    """The first grid's cell averages as one sparse map of node values: ``matrix [B G, N]`` with
+    entries :math:`\int_D \phi_c \lambda_i` (or :math:`w_i \phi_c(x_i)` without cells) and
+    ``total [B G]``, its row sums :math:`\int_D \phi_c`."""
 
-    .. math::
-        (R h)_c = \frac{\sum_i w_i\, \phi_c(x_i)\, h_i}{\sum_i w_i\, \phi_c(x_i)}
-        \approx \frac{\int_D \phi_c\, h}{\int_D \phi_c}, \qquad
-        \kappa_c = \frac{\sum_i w_i\, \phi_c(x_i)}{|c|} \approx \frac{\int_D \phi_c}{\int \phi_c},
+    matrix: torch.Tensor
+    total: torch.Tensor
+    num_graphs: int
+    shape: tuple[int, ...]
 
-    (a cell that no node reaches has :math:`R h = 0` and :math:`\kappa = 0`), by one scatter:
-    :math:`O(N 2^d C)`.
 
-    Args:
-        h: ``[N, C]``.
-        weight: ``[N]``, the nodes' quadrature weights.
-        stencil: :func:`grid_stencil` of the nodes.
-        cell_volume: :math:`|c|`.
+def simplex_points(pos: torch.Tensor, cells: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r"""A midpoint rule of :math:`k^d` points on every simplex (the collapsed-coordinate map of
+    the cube's midpoints, second order for integrands that are smooth on each piece):
+    ``(points [T k^d, d], weights [T k^d], barycentric [T k^d, d + 1])``, the points of cell
+    ``t`` at rows ``t k^d ...``; the weights of a cell sum to its volume."""
+    t_count, d = cells.shape[0], cells.shape[1] - 1
+    mid = (torch.arange(k, dtype=pos.dtype, device=pos.device) + 0.5) / k
+    t = torch.stack(torch.meshgrid(*(mid,) * d, indexing="ij"), -1).reshape(-1, d)  # (k^d, d)
+    lam, rest, jac = [], torch.ones_like(t[:, 0]), torch.ones_like(t[:, 0])
+    for m in range(d):  # lambda_{m+1} = t_m prod_{l<m} (1 - t_l)
+        lam.append(t[:, m] * rest)
+        jac = jac * rest
+        rest = rest * (1 - t[:, m])
+    bary = torch.stack([rest, *lam], 1)  # (k^d, d + 1), lambda_0 = 1 - sum of the others
+    corners = pos[cells]  # (T, d + 1, d)
+    edges = corners[:, 1:] - corners[:, :1]  # (T, d, d)
+    volume = torch.linalg.det(edges).abs() / math.factorial(d)  # (T,)
+    points = torch.einsum("qv,tvd->tqd", bary, corners).reshape(-1, d)
+    weights = (volume[:, None] * math.factorial(d) * jac[None] / k**d).reshape(-1)
+    return points, weights, bary.repeat(t_count, 1)
 
-    Returns:
-        ``(R h [B, C, *shape], kappa [B, 1, *shape])``.
-    """
-    size = stencil.num_graphs * math.prod(stencil.shape)
-    mass = weight[:, None] * stencil.value  # (N, 2^d)
-    index = stencil.index.reshape(-1)
-    total = scatter(mass.reshape(-1), index, dim=0, dim_size=size, reduce="sum")  # (B G,)
-    moment = scatter((mass[:, :, None] * h[:, None, :]).reshape(len(index), -1), index, dim=0,
-                     dim_size=size, reduce="sum")  # (B G, C)
-    mean = moment / torch.where(total > 0, total, 1)[:, None]  # no mass: 0, with finite gradients
-    grid = mean.reshape(stencil.num_graphs, *stencil.shape, -1).movedim(-1, 1)  # (B, C, *shape)
-    coverage = (total / cell_volume).reshape(stencil.num_graphs, 1, *stencil.shape)  # (B, 1, *shape)
-    return grid, coverage
+
+def restriction(pos: torch.Tensor, weight: torch.Tensor, cells: torch.Tensor | None, box: torch.Tensor,
+                shape: Sequence[int], points_per_cell: int = 4) -> Restriction:
+    r"""The map :math:`h \mapsto \big(\int_D \phi_c\, I_h h\big)_c` of one graph's node values
+    to the first grid, with :math:`I_h h` the piecewise-linear interpolant on the mesh's simplex
+    ``cells``, integrated by :func:`simplex_points` with ``k`` points per axis, ``k`` chosen so
+    that the points are ``points_per_cell`` times as dense as the grid's cells (so the rule
+    resolves :math:`\phi_c` on every mesh, however coarse or fine against the grid); the measure
+    is then the cells' and ``weight`` is not read. Without simplex cells (``None``, or cells of
+    another kind), the nodes' quadrature: entries :math:`w_i \phi_c(x_i)`."""
+    size = math.prod(shape)
+    if cells is None or cells.shape[1] != pos.shape[1] + 1:
+        stencil = grid_stencil(pos, None, box, shape, 1)
+        rows = stencil.index.reshape(-1)
+        cols = torch.arange(len(pos), device=pos.device).repeat_interleave(stencil.index.shape[1])
+        vals = (weight[:, None] * stencil.value).reshape(-1)
+    else:
+        side = ((box[1] - box[0]) / torch.tensor(shape, dtype=pos.dtype, device=pos.device)).min()
+        corners = pos[cells]
+        diameter = (corners[:, :, None] - corners[:, None]).norm(dim=-1).amax()
+        k = max(1, min(16, math.ceil(points_per_cell * float(diameter / side))))
+        points, w, bary = simplex_points(pos, cells, k)
+        stencil = grid_stencil(points, None, box, shape, 1)
+        per = k ** (cells.shape[1] - 1)
+        nodes = cells.repeat_interleave(per, 0)  # (Q, d + 1)
+        c, v = stencil.index.shape[1], cells.shape[1]
+        rows = stencil.index[:, :, None].expand(-1, c, v).reshape(-1)
+        cols = nodes[:, None, :].expand(-1, c, v).reshape(-1)
+        vals = (w[:, None, None] * stencil.value[:, :, None] * bary[:, None, :]).reshape(-1)
+    matrix = torch.sparse_coo_tensor(torch.stack([rows, cols]), vals, (size, len(pos)), check_invariants=True).coalesce()
+    total = torch.zeros(size, dtype=pos.dtype, device=pos.device).index_add_(0, rows, vals)
+    return Restriction(matrix, total, 1, tuple(shape))
+
+
+def restrict(h: torch.Tensor, op: Restriction, cell_volume: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(R h [B, C, *shape], kappa [B, 1, *shape])`` of :class:`Restriction` ``op`` (cells that the
+    domain does not reach: 0 and 0)."""
+    moment = torch.sparse.mm(op.matrix, h)  # (B G, C)
+    mean = moment / torch.where(op.total > 0, op.total, 1)[:, None]
+    grid = mean.reshape(op.num_graphs, *op.shape, -1).movedim(-1, 1)
+    return grid, (op.total / cell_volume).reshape(op.num_graphs, 1, *op.shape)
 
 
 def prolong_to_nodes(grid: torch.Tensor, stencil: GridStencil) -> torch.Tensor:
@@ -191,53 +230,55 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
     coarse levels are grids of the domain, so it is one operator on every mesh:
 
     .. math::
-        h_0 = L(u, x), \qquad
-        h_{\ell+1} = \sigma\big(W_\ell h_\ell + P\, V_\ell\, E_\ell(R h_\ell, \kappa)\big), \qquad
-        \mathcal G(u) = Q(h_{\text{depth}}),
+        g_0 = E(R\, L(u, x),\ \kappa), \qquad
+        g_{\ell+1} = \sigma\big(W_\ell\, g_\ell + V_\ell\, g_\ell\big), \qquad
+        \mathcal G(u)(x) = Q\big((P g_{\text{depth}})(x)\big),
 
-    with :math:`L, Q` pointwise MLPs, :math:`W_\ell` pointwise linear maps, :math:`\sigma` the
-    GELU (none after the last block), and
+    with :math:`L, Q` pointwise MLPs, :math:`E` and :math:`W_\ell` :math:`1^d` convolutions,
+    :math:`\sigma` the GELU (none after the last block), :math:`V_\ell` a :class:`VCycle` on the
+    grids of ``grid``, ``grid / 2``, ... cells per axis over ``box`` (learned :math:`3^d`
+    smoothers, :math:`2^d` averaging down, multilinear prolongation up with skips), and
 
     .. math::
-        (R h)_c = \frac{\int_D \phi_c\, h\, dx}{\int_D \phi_c\, dx}, \qquad
+        (R h)_c = \frac{\int_D \phi_c\, I_h h\, dx}{\int_D \phi_c\, dx}, \qquad
         \kappa_c = \frac{1}{|c|}\int_D \phi_c\, dx, \qquad
         (P g)(x) = \sum_c \phi_c(x)\, g_c,
 
     where :math:`\phi_c` is the multilinear basis of the first grid's cell :math:`c`
-    (:func:`grid_stencil`; a partition of unity on the box with :math:`\int \phi_c = |c|`):
-    :math:`R` is a cell average (weighted by the hat :math:`\phi_c` rather than the cell's
-    indicator), :math:`\kappa` the part of the cell inside the domain :math:`D` (1 inside, less
-    at the boundary of a domain that is not the box), :math:`P` interpolation, and
-    :math:`E_\ell` a :math:`1^d` convolution from ``C + 1`` to ``C`` channels. :math:`V_\ell`
-    is a :class:`VCycle` on the grids of ``grid``, ``grid / 2``, ... cells per axis over
-    ``box``: learned :math:`3^d` smoothers with residual connections, :math:`2^d` averaging down,
-    multilinear prolongation up with skip connections.
+    (:func:`grid_stencil`; a partition of unity on the box with :math:`\int \phi_c = |c|`),
+    :math:`I_h h` the piecewise-linear interpolant of the lifted node values on the mesh's cells,
+    :math:`\kappa` the part of the cell inside the domain :math:`D` (1 inside, less at the
+    boundary of a domain that is not the box).
 
-    On a mesh, the integrals in :math:`R, \kappa` are the nodes' quadrature
-    (:func:`restrict_to_grid`): :math:`\sum_i w_i \phi_c(x_i) h_i`. The integrand is continuous
-    and piecewise smooth, so for smooth :math:`h` the lumped P1 quadrature of refined meshes
-    converges to it at second order; everything after the restriction is a fixed map of grid
-    functions, and :math:`P` is evaluated exactly at the nodes. As the mesh refines, the model
-    therefore converges to the operator above. (The plain indicator average
-    :math:`\sum_{i \in c} w_i h_i / \sum_{i \in c} w_i` bins whole node weights into cells: its
-    error is first order and erratic in :math:`h`, and a cell holding no node is undefined.)
-    The grids are fixed by ``box`` and ``grid``, not by any mesh; the stencil of the first grid
-    at the nodes (index arithmetic) is kept in the :class:`~geoattn.mesh.Mesh`'s memo (for a
-    batch, each member's in the member's), and nodes are never recognised by their
-    coordinates. The transfers cost
-    :math:`O(N 2^d C)` (one scatter, one gather), the cycles :math:`O(G\, 3^d C^2)` for the
-    :math:`G` cells of the first grid, so the cost is linear in :math:`N`. Choose ``grid`` so
-    that the coarsest mesh the model will see has a few nodes per cell of the first grid
-    (:math:`\phi_c` spans two cells per axis).
+    **Discretisation.** The mesh enters twice. The restriction integrates :math:`\phi_c I_h h`
+    cell by cell with a rule that resolves :math:`\phi_c` on every mesh (:func:`restriction`), so
+    two meshes that carry the same piecewise-linear function give the same grid values up to the
+    rule's second-order error, however coarse or fine the mesh is against the grid (a mesh without
+    cells falls back to the nodes' quadrature :math:`\sum_i w_i \phi_c(x_i) h_i`). Everything
+    after it is a fixed map of grid functions, and :math:`P` is evaluated exactly at the nodes;
+    as the mesh refines the model converges to the operator above. The grids are fixed by ``box``
+    and ``grid``, not by any mesh; the restriction matrix and the stencil of the nodes are kept in
+    the :class:`~geoattn.mesh.Mesh`'s memo (for a batch, each member's in the member's), and nodes
+    are never recognised by their coordinates. The transfers cost :math:`O(N 2^d C)` and
+    :math:`O(T k^d 2^d (d+1) C)` for :math:`T` cells, the cycles :math:`O(G\, 3^d C^2)` for the
+    :math:`G` cells of the first grid: linear in :math:`N`.
+
+    **Training.** The output :math:`Q(P g)` is a function between the nodes too, with as many
+    values per channel as the first grid has cells. When that is about the number of nodes, a
+    loss taken at the nodes alone leaves the output between them free, and a model fitted that
+    way loses accuracy on any other mesh. Train it on the data's piecewise-linear interpolants
+    at the nodes of the training mesh refined once (:func:`geoattn.data.refined_samples`), whose
+    weighted nodal loss is the :math:`L^2(D)` error against the interpolant; or choose ``grid``
+    with a few nodes per cell of the first grid.
 
     Args:
         in_channels: input function channels ``C_in``.
         out_channels: output function channels ``C_out``.
         dim: spatial dimension ``d``, 1, 2 or 3 (default ``2``).
         width: channels ``C`` (default ``32``).
-        depth: blocks, one V-cycle each (default ``2``).
+        depth: blocks, one V-cycle each (default ``4``).
         grid: cells per axis of the first grid, an int or one per axis, each divisible by
-            ``2 ** (levels - 1)`` and leaving at least 2 cells per axis on the first grid
+            ``2 ** (levels - 1)`` and leaving at least 2 cells per axis on the coarsest grid
             (default ``16``).
         levels: grids per V-cycle (default ``3``: ``16, 8, 4`` cells per axis).
         smoothing: residual :math:`3^d` convolutions per level, on the way down and again on the
@@ -255,17 +296,17 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
     """
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 32,
-                 depth: int = 2, grid: int | Sequence[int] = 16, levels: int = 3, smoothing: int = 2,
+                 depth: int = 4, grid: int | Sequence[int] = 16, levels: int = 3, smoothing: int = 2,
                  box: Sequence[Sequence[float]] | None = None, coordinate_features: dict | None = None):
         super().__init__()
         if dim not in _CONV:
             raise ConfigError(f"MultigridOperator supports dim 1, 2 or 3, got {dim}")
         shape = (grid,) * dim if isinstance(grid, int) else tuple(int(n) for n in grid)
-        if len(shape) != dim or levels < 1 or smoothing < 0 or any(
-                n < 2 or n % 2 ** (levels - 1) for n in shape):
-            raise ConfigError(f"need one grid size per axis (dim={dim}), each >= 2 and divisible by "
-                              f"2 ** (levels - 1), levels >= 1 and smoothing >= 0; got grid={grid}, "
-                              f"levels={levels}, smoothing={smoothing}")
+        if len(shape) != dim or levels < 1 or smoothing < 0 or depth < 1 or any(
+                n < 2 or n % 2 ** (levels - 1) or n // 2 ** (levels - 1) < 2 and levels > 1 for n in shape):
+            raise ConfigError(f"need one grid size per axis (dim={dim}), each >= 2, divisible by 2 ** (levels - 1) "
+                              f"and leaving >= 2 cells on the coarsest grid, levels >= 1, depth >= 1 and "
+                              f"smoothing >= 0; got grid={grid}, levels={levels}, depth={depth}, smoothing={smoothing}")
         box = ((0.0,) * dim, (1.0,) * dim) if box is None else box
         corners = torch.tensor(box, dtype=torch.float64)
         if corners.shape != (2, dim) or not bool((corners[1] > corners[0]).all()):
@@ -275,50 +316,64 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
         self.cell_volume = float(torch.prod((corners[1] - corners[0]) / torch.tensor(shape)))
         self.inputs = CoordinateFeatures.of(in_channels, dim, coordinate_features)
         self.lift = PointwiseMLP(self.inputs.out_features, 2 * width, width)
-        self.enter = nn.ModuleList(_CONV[dim](width + 1, width, 1) for _ in range(depth))
+        self.enter = _CONV[dim](width + 1, width, 1)
         self.cycles = nn.ModuleList(VCycle(width, dim, levels, smoothing) for _ in range(depth))
-        self.linears = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
+        self.linears = nn.ModuleList(_CONV[dim](width, width, 1) for _ in range(depth))
         self.project = PointwiseMLP(width, 2 * width, out_channels)
 
-    def stencil(self, pos: torch.Tensor | Mesh, batch: torch.Tensor | None = None) -> GridStencil:
-        """The first grid's basis at the nodes (:func:`grid_stencil` on the model's box): of a
-        :class:`~geoattn.mesh.Mesh` from its memo (for a batch, each member's from the member's
-        memo, built there on first use; built now while the coordinates carry gradients), or of
-        bare coordinates ``pos`` and ``batch``, built now."""
-        if not isinstance(pos, Mesh):
-            return self._grid_stencil(pos, batch)
-        mesh = pos
+    def stencil(self, mesh: Mesh) -> GridStencil:
+        """The first grid's basis at the nodes (:func:`grid_stencil` on the model's box), kept in
+        the memo of ``mesh`` (for a batch, each member's in the member's; built now, not kept,
+        while the coordinates carry gradients)."""
         if mesh.pos.requires_grad and torch.is_grad_enabled():  # the stencil's values depend on pos
-            return self._grid_stencil(mesh.pos, mesh.batch_vector, mesh.num_graphs)
+            return grid_stencil(mesh.pos, mesh.batch_vector, self._box(mesh), self.shape, mesh.num_graphs)
         key = ("multigrid.stencil", tuple(map(tuple, self.box)), self.shape)
+
+        def one(m: Mesh) -> GridStencil:
+            return grid_stencil(m.pos, None, self._box(m), self.shape, 1)
+
         if mesh.num_graphs == 1:
-            return mesh.cached(key, lambda: self._grid_stencil(mesh.pos, None, 1))
+            return mesh.cached(key, lambda: one(mesh))
 
         def assemble():
-            parts = mesh.per_graph(key, lambda m: self._grid_stencil(m.pos, None, 1))
+            parts = mesh.per_graph(key, one)
             cells = math.prod(self.shape)
             return GridStencil(torch.cat([p.index + g * cells for g, p in enumerate(parts)]),
                                torch.cat([p.value for p in parts]), len(parts), self.shape)
 
         return mesh.cached(key + ("batch",), assemble)
 
-    def _grid_stencil(self, pos: torch.Tensor, batch: torch.Tensor | None,
-                      num_graphs: int | None = None) -> GridStencil:
-        box = torch.tensor(self.box, dtype=pos.dtype, device=pos.device)
-        return grid_stencil(pos, batch, box, self.shape, num_graphs)
+    def restriction(self, mesh: Mesh) -> Restriction:
+        """The first grid's :func:`restriction` of ``mesh`` (for a batch, the members' stacked
+        block by block), kept in the memo."""
+        key = ("multigrid.restriction", tuple(map(tuple, self.box)), self.shape)
+
+        def one(m: Mesh) -> Restriction:
+            return restriction(m.pos.detach(), m.weight.detach(), m.cells, self._box(m), self.shape)
+
+        if mesh.num_graphs == 1:
+            return mesh.cached(key, lambda: one(mesh))
+
+        def assemble():
+            parts = mesh.per_graph(key, one)
+            return Restriction(block_diagonal([p.matrix for p in parts]), torch.cat([p.total for p in parts]),
+                               len(parts), self.shape)
+
+        return mesh.cached(key + ("batch",), assemble)
+
+    def _box(self, mesh: Mesh) -> torch.Tensor:
+        return torch.tensor(self.box, dtype=mesh.pos.dtype, device=mesh.pos.device)
 
     def forward(self, x: torch.Tensor, mesh: Mesh) -> torch.Tensor:
         self.check_call(x, mesh)
-        pos, weight = mesh.pos, mesh.weight
-        h = self.lift(self.inputs(x, pos))  # (N, C)
-        stencil = self.stencil(mesh)
-        for k, (enter, cycle, linear) in enumerate(zip(self.enter, self.cycles, self.linears)):
-            mean, coverage = restrict_to_grid(h, weight, stencil, self.cell_volume)  # (B, C | 1, *shape)
-            g = cycle(enter(torch.cat([mean, coverage], 1)))  # (B, C, *shape)
-            h = linear(h) + prolong_to_nodes(g, stencil)  # (N, C)
+        h = self.lift(self.inputs(x, mesh.pos))  # (N, C)
+        mean, coverage = restrict(h, self.restriction(mesh), self.cell_volume)  # (B, C | 1, *shape)
+        g = self.enter(torch.cat([mean, coverage], 1))  # (B, C, *shape)
+        for k, (cycle, linear) in enumerate(zip(self.cycles, self.linears)):
+            g = linear(g) + cycle(g)
             if k < len(self.cycles) - 1:
-                h = F.gelu(h)
-        return self.project(h)
+                g = F.gelu(g)
+        return self.project(prolong_to_nodes(g, self.stencil(mesh)))  # (N, C_out)
 
     def extra_repr(self) -> str:
         return f"grid={self.shape}, levels={self.levels}, box={self.box}"

@@ -151,43 +151,40 @@ def test_wall_clock_budget_run(script, tmp_path):
     assert "| slice |" in (tmp_path / "table.md").read_text()
 
 
-def test_budget_probe_puts_the_initial_weights_back(meshes, race):
-    scale = replace(race.SCALES["tiny"], seconds=0.5)
-    train = darcy_samples({"train": meshes.benchmark_meshes(6)["train"]}, 2, 0, "piecewise")["train"]
-    op = NormalizedOperator(race.model_factories(scale, ["tno"])["tno"]())
-    before = [t.detach().clone() for t in op.parameters()]
-    assert race.budget_epochs(op, train, scale) >= 1
-    assert all(torch.equal(a, b) for a, b in zip(before, op.parameters()))
+def test_peers_get_the_configuration_their_users_would_pick(race):
+    """FNO's grid matches the training mesh's node count (``round(sqrt(N))`` per axis: 33 for the
+    1 089 nodes of the race's square), with neuralop's example modes (16), masked off the square;
+    the multigrid's first grid has about as many cells, a multiple of 8 for its 4 levels, over the
+    domain's bounding box."""
+    scale = race.SCALES["race"]
+    assert race.training_nodes(scale.mesh_n) == 1089
+    assert race.peer_configuration(scale) == dict(grid=33, modes=16, width=32, depth=4, domain=None)
+    assert race.peer_configuration(scale, "lshape")["domain"] == "lshape"
+    small = race.peer_configuration(race.SCALES["tiny"])  # 7 x 7 nodes: 7 grid points, 3 modes
+    assert small["grid"] == 7 and small["modes"] == 3
+    config = race.multigrid_configuration(scale)
+    assert config["grid"] == 32 and config["levels"] == 4
+    np.testing.assert_allclose(config["box"], ((0, 0), (1, 1)), atol=1e-12)
+    lower, upper = race.domain_box(scale.mesh_n, "lshape")
+    np.testing.assert_allclose([lower, upper], [(-1, -1), (1, 1)], atol=1e-12)
 
 
-def test_cpu_clock_budget_times_the_epochs_not_the_checks(meshes, race, monkeypatch):
-    """``--clock cpu``: the probe times the process's CPU time from the first optimiser step on,
-    so slow sample checks before it (here 0.2 s of CPU time per probe, several epochs' worth) do
-    not shrink the budget."""
-    import time
+def test_budget_is_the_trainers_measured_time(meshes, race, script, monkeypatch):
+    """``--seconds S`` reaches the trainer as its training-time budget (divided among the members
+    of an ensemble); the epochs reported are those it trained, and the configurations are in the
+    table."""
+    budgets, real = [], race.train_ensemble
 
-    import geoattn.train.trainer as trainer
+    def recorded(*args, seconds=None, **kwargs):
+        budgets.append(seconds)
+        return real(*args, **{**kwargs, "epochs": 2})
 
-    train = darcy_samples({"train": meshes.benchmark_meshes(6)["train"]}, 4, 0, "piecewise")["train"]
-    op = NormalizedOperator(race.model_factories(race.SCALES["tiny"], ["tno"])["tno"]())
-    scale = replace(race.SCALES["tiny"], seconds=20.0, clock="cpu")
-    validate = trainer.validate_samples
-
-    def slow(*args, **kwargs):
-        end = time.process_time() + 0.2
-        while time.process_time() < end:
-            pass
-        return validate(*args, **kwargs)
-
-    monkeypatch.setattr(trainer, "validate_samples", slow)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the races run: idle threads spinning on a busy machine count as CPU time
-    try:
-        # counting the checks, every probe epoch would take over 0.2 s: at most 20 / 0.2 = 100
-        # epochs; a tiny epoch itself takes about 0.01 s of CPU time
-        assert race.budget_epochs(op, train, scale) > 150
-    finally:
-        torch.set_num_threads(threads)
+    monkeypatch.setattr(race, "train_ensemble", recorded)
+    results = script.main(["--scale", "tiny", "--families", "piecewise", "--models", "tno", "--seconds", "8",
+                           "--ensemble", "2"])
+    row = results["piecewise"]["models"]["tno"]
+    assert budgets == [4.0] and row["epochs"] == 2
+    assert row["config"].startswith("TNO(") or "width=8" in row["config"]
 
 
 @pytest.mark.slow
@@ -525,12 +522,16 @@ def test_ensemble_trains_members_on_a_share_of_the_budget_and_scores_their_mean(
     averaged member by member under the symmetries."""
     from geoattn.train import Ensemble, evaluate_errors
 
-    budgets = []
-    real = race.budget_epochs
-    monkeypatch.setattr(race, "budget_epochs", lambda op, train, scale, *a: budgets.append(scale.seconds) or 3)
+    budgets, real = [], race.train_ensemble
+
+    def recorded(*args, seconds=None, **kwargs):
+        budgets.append(seconds)
+        return real(*args, **{**kwargs, "epochs": 3})
+
+    monkeypatch.setattr(race, "train_ensemble", recorded)
     results = script.main(["--scale", "tiny", "--families", "lognormal", "--models", "mesh_fno", "--seconds", "8",
                            "--ensemble", "2", "--validation", "2", "--symmetries", "--out", str(tmp_path)])
-    assert budgets == [4.0] and real is not race.budget_epochs
+    assert budgets == [4.0]
     row = results["lognormal"]["models"]["mesh_fno"]
     ens = results["lognormal"]["operators"]["mesh_fno"]
     assert isinstance(ens, Ensemble) and len(ens) == 2 and row["epochs"] == 3
