@@ -8,6 +8,8 @@ import pytest
 
 from geoattn.mesh import families
 
+pytest.importorskip("gmsh")  # the meshgen extra (installed with the test extra)
+
 SCRIPT = "darcy_compare"  # the ``script`` fixture (conftest.py) puts benchmarks/ on sys.path
 
 
