@@ -28,6 +28,12 @@ every mesh with ``resolved_modes`` of the fewest, and the relative difference of
 coefficients from the near-exact ones for mode 0 (``dc0``) and the other modes (``dcK``), on the
 mesh and (``_t``) on the training mesh. (Interpolating the lift's output between meshes instead
 is no clean swap: it is discontinuous at the patch seams.)
+
+The variants ``p1`` and ``p1metis`` train the model with ``quadrature="p1"``: the lift's patch
+coefficients are the exact integrals of the piecewise-linear interpolant over each patch (RCB:
+the triangles cut along the partition's planes; METIS: whole triangles by their vertices'
+majority), in frames about the exact patch centroids; their ``coef@*`` columns swap in the P1
+coefficients of the training and fine meshes.
 """
 
 from __future__ import annotations
@@ -72,14 +78,18 @@ def lift_coefficients(model, xn: torch.Tensor, mesh: Mesh) -> torch.Tensor:
     """The raw patch Fourier coefficients ``[P, M, C]`` of ViT-NO's lift input on ``mesh`` (the
     quadrature over each patch's nodes, before the learned mode weights)."""
     index = model.patch_index(mesh)
+    if model.quadrature == "p1":  # exact on the P1 interpolant, in the frames of the exact centroids
+        return patch_coefficients(model.inputs(xn, mesh.pos), index.unit[1], index.p1.geometry,
+                                  model.lift.layer.mode_index, model.lift._zero, p1=index.p1)
     return patch_coefficients(model.inputs(xn, mesh.pos), index.unit[1], index.geometry,
                               model.lift.layer.mode_index, model.lift._zero)
 
 
 def lift_from(model, coeff: torch.Tensor, mesh: Mesh) -> torch.Tensor:
     """The spectral lift on the nodes of ``mesh`` from raw patch coefficients ``coeff``."""
-    layer = model.lift.layer
-    return patch_evaluate(layer.mix(coeff), model.patch_index(mesh).geometry, layer.mode_index, model.lift._zero)
+    layer, index = model.lift.layer, model.patch_index(mesh)
+    geometry = index.p1.geometry if model.quadrature == "p1" else index.geometry
+    return patch_evaluate(layer.mix(coeff), geometry, layer.mode_index, model.lift._zero)
 
 
 def coefficient_gap(c: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
@@ -176,7 +186,8 @@ def main(argv=None):
     parser.add_argument("--width", type=int, default=32)
     parser.add_argument("--quick", action="store_true", help="the base variant only")
     parser.add_argument("--variants", nargs="*", default=None,
-                        help="names among: base modes0 modes1 P4 P4m1 metis")
+                        help="names among: base modes0 modes1 P4 P4m1 metis p1 p1metis (p1: the lift's "
+                             "patch coefficients exact on the P1 interpolant, quadrature='p1')")
     add_docs_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -193,7 +204,9 @@ def main(argv=None):
     variants = {"base": dict(num_patches=16, modes=2), "modes0": dict(num_patches=16, modes=0),
                 "modes1": dict(num_patches=16, modes=1), "P4": dict(num_patches=4, modes=2),
                 "P4m1": dict(num_patches=4, modes=1),
-                "metis": dict(num_patches=16, modes=2, partition_method="metis")}
+                "metis": dict(num_patches=16, modes=2, partition_method="metis"),
+                "p1": dict(num_patches=16, modes=2, quadrature="p1"),
+                "p1metis": dict(num_patches=16, modes=2, partition_method="metis", quadrature="p1")}
     chosen = ["base"] if args.quick else (args.variants or list(variants))
     rows = []
     for name in chosen:

@@ -34,10 +34,12 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from ..errors import ConfigError, UnsupportedCellError
 from ..mesh.mesh import Mesh
 from ..mesh.partition import Partition, partition as make_partition
-from ..nn.patch_attention import (PatchAttention, PatchGeometry, concat_geometry, patch_coefficients,
-                                  patch_evaluate, patch_geometry)
+from ..nn.patch_attention import (P1PatchGeometry, PatchAttention, PatchGeometry, cell_pieces, clipped_pieces,
+                                  concat_geometry, concat_p1_geometry, majority_patch, p1_patch_geometry,
+                                  patch_coefficients, patch_evaluate, patch_geometry)
 from ..nn.patch_pairs import PatchPairs, concat_pairs, patch_pairs
 from ..nn.spectral import (PatchSpectralIntegral, SpectralIntegral, SpectralSmoothing, _uses_nufft, _zero_index,
                            resolved_modes)
@@ -60,7 +62,9 @@ class PatchIndex(NamedTuple):
     - ``geometry``: the :class:`~geoattn.nn.patch_attention.PatchGeometry` of the nodes in units
       of their patch length (default ``None``: the layers compute the frames);
     - ``unit``: the coordinates and weights in units of the patch length, ``pos / L`` and
-      ``weight / L^d`` (default ``None``: computed by :class:`PatchMixer`).
+      ``weight / L^d`` (default ``None``: computed by :class:`PatchMixer`);
+    - ``p1``: the :class:`~geoattn.nn.patch_attention.P1PatchGeometry` of the mesh's triangles in
+      units of the patch length, for a patch lift with ``quadrature="p1"`` (default ``None``).
     """
 
     patch: torch.Tensor
@@ -69,6 +73,7 @@ class PatchIndex(NamedTuple):
     pairs: PatchPairs | None = None
     geometry: PatchGeometry | None = None
     unit: tuple[torch.Tensor, torch.Tensor] | None = None
+    p1: P1PatchGeometry | None = None
 
 
 class PatchMixer(nn.Module):
@@ -83,6 +88,10 @@ class PatchMixer(nn.Module):
 
     Args:
         layer: the patch layer.
+        quadrature: how a :class:`~geoattn.nn.PatchSpectralIntegral` computes its patch
+            coefficients: ``"nodal"`` (default, the nodes' quadrature in each patch) or ``"p1"``
+            (exact on the piecewise-linear interpolant over the patch's pieces of triangles, from
+            ``patches.p1``; see :func:`~geoattn.nn.patch_attention.p1_patch_geometry`).
 
     Shapes:
         - ``x [N, C]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional) and the keywords
@@ -92,9 +101,13 @@ class PatchMixer(nn.Module):
           ``layout_query``. Output: the layer's, ``[N, C_out]`` or ``[Nq, C_out]``.
     """
 
-    def __init__(self, layer: nn.Module):
+    def __init__(self, layer: nn.Module, quadrature: str = "nodal"):
         super().__init__()
-        self.layer = layer
+        if quadrature not in ("nodal", "p1"):
+            raise ConfigError(f"quadrature must be 'nodal' or 'p1', got {quadrature!r}")
+        if quadrature == "p1" and not isinstance(layer, PatchSpectralIntegral):
+            raise ConfigError("quadrature='p1' is for a PatchSpectralIntegral (the ViT-NO lift)")
+        self.layer, self.quadrature = layer, quadrature
         index = getattr(layer, "mode_index", None)
         self._zero = _zero_index(index) if index is not None else None  # once: torch.equal syncs
 
@@ -105,6 +118,13 @@ class PatchMixer(nn.Module):
                 patches_query: PatchIndex | None = None, layout_query=None) -> torch.Tensor:
         pos, weight = patches.unit if patches.unit is not None else _unit_length(pos, weight, patches)
         layer, geometry = self.layer, patches.geometry
+        if self.quadrature == "p1":
+            if x_query is not None or patches.p1 is None:
+                raise ValueError("PatchMixer(quadrature='p1') needs patches.p1 (the model's patch index of a "
+                                 "triangle mesh) and no query side")
+            p1 = patches.p1
+            coeff = layer.mix(patch_coefficients(x, weight, p1.geometry, layer.mode_index, self._zero, p1=p1))
+            return patch_evaluate(coeff, p1.geometry, layer.mode_index, self._zero)
         if isinstance(layer, PatchSpectralIntegral) and x_query is None and geometry is not None \
                 and not _uses_nufft(layer.backend, geometry.frame, layer.mode_index):
             # PatchSpectralIntegral.forward with the frame and segment sizes of the mesh's memo
@@ -172,8 +192,15 @@ class PatchedOperator(EncoderOperator):
                  depth: int = 3, num_heads: int = 4, ff_mult: int = 2, num_patches: int = 16,
                  modes: int = 4, partition_method: str = "rcb", final_modes: int | None = None,
                  decoder: str = "pointwise", smoothing_eps: float | None = None,
-                 coordinate_features: dict | None = None):
+                 coordinate_features: dict | None = None, quadrature: str = "nodal"):
         super().__init__()
+        if quadrature not in ("nodal", "p1"):
+            raise ConfigError(f"quadrature must be 'nodal' or 'p1', got {quadrature!r}")
+        if quadrature == "p1" and not self.spectral_lift:
+            raise ConfigError(f"quadrature='p1' applies to the patch lift of ViT-NO; {type(self).__name__} has none")
+        if quadrature == "p1" and dim != 2:
+            raise ConfigError(f"quadrature='p1' integrates over triangles: dim must be 2, got {dim}")
+        self.quadrature = quadrature
         if partition_method not in ("rcb", "metis"):
             raise ValueError(f"partition_method must be 'rcb' or 'metis', got {partition_method!r}")
         if num_patches < 1:
@@ -191,7 +218,7 @@ class PatchedOperator(EncoderOperator):
             self.register_buffer(f"partition_{key}", value.clone())
         self.inputs = CoordinateFeatures.of(in_channels, dim, coordinate_features)
         if self.spectral_lift:  # a Fourier operator on every patch, plus the pointwise path
-            self.lift = PatchMixer(PatchSpectralIntegral(self.inputs.out_features, width, modes, dim))
+            self.lift = PatchMixer(PatchSpectralIntegral(self.inputs.out_features, width, modes, dim), quadrature)
             self.lift_local = nn.Linear(self.inputs.out_features, width)
         else:
             self.lift = PointwiseMLP(self.inputs.out_features, width, width)
@@ -287,6 +314,8 @@ class PatchedOperator(EncoderOperator):
             raise ValueError(f"the query mesh has {mesh.num_graphs} graphs, the input mesh "
                              f"{source.num_graphs}")
         key = ("patch_index",) + self._partition_key() + (() if own else (source,))
+        if own and self.quadrature == "p1":
+            key += ("p1", tuple(self.lift.layer.mode_index.flatten().tolist()))
         return mesh.cached(key, lambda: self._build_patch_index(mesh, source))
 
     @torch.compiler.disable  # host work (partitions, stencils): run eagerly, once per mesh
@@ -299,10 +328,13 @@ class PatchedOperator(EncoderOperator):
         if len(graphs) == 1:
             return graphs[0]
         cat = lambda name: torch.cat([getattr(g, name) for g in graphs])  # noqa: E731
+        p1 = None
+        if all(g.p1 is not None for g in graphs):
+            p1 = concat_p1_geometry([g.p1 for g in graphs], mesh.layout.counts)
         return PatchIndex(cat("patch"), cat("length"), num_patches.pop(),
                           concat_pairs([g.pairs for g in graphs], source.layout.counts),
                           concat_geometry([g.geometry for g in graphs]),
-                          (torch.cat([g.unit[0] for g in graphs]), torch.cat([g.unit[1] for g in graphs])))
+                          (torch.cat([g.unit[0] for g in graphs]), torch.cat([g.unit[1] for g in graphs])), p1)
 
     def _graph_index(self, mesh: Mesh, source: Mesh, part: Partition) -> PatchIndex:
         """The :class:`PatchIndex` of one graph ``mesh`` in the patches of ``part`` (kept in its
@@ -326,7 +358,34 @@ class PatchedOperator(EncoderOperator):
                                weight_query=mesh.weight, patch_query=index.patch,
                                num_patches_query=index.num_patches)
 
-        return index._replace(pairs=mesh.cached(("patch_pairs",) + key + (() if own else (source,)), pairs))
+        index = index._replace(pairs=mesh.cached(("patch_pairs",) + key + (() if own else (source,)), pairs))
+        if own and self.quadrature == "p1":
+            modes = self.lift.layer.mode_index
+            index = index._replace(p1=mesh.cached(("patch_p1",) + key + (tuple(modes.flatten().tolist()),),
+                                                  lambda: self._p1_geometry(mesh, part, index)))
+        return index
+
+    def _p1_geometry(self, mesh: Mesh, part: Partition, index: PatchIndex) -> P1PatchGeometry:
+        """The exact P1 patch structure of one graph (``quadrature="p1"``): with an RCB partition
+        the triangles are cut along its planes, so every patch is the same region on every mesh;
+        otherwise every triangle goes whole to the patch of most of its vertices."""
+        cells = mesh.cells
+        if cells is None:
+            raise ValueError(f"{type(self).__name__}(quadrature='p1') integrates over the mesh's triangles, "
+                             "and this mesh has no cells: pass a Mesh with cells, e.g. Mesh.from_meshio(m) "
+                             "or Mesh.from_sample(data) of a sample with cells")
+        if cells.shape[1] != 3:
+            raise UnsupportedCellError(f"{type(self).__name__}(quadrature='p1') needs triangle meshes, got "
+                                       f"cells of {cells.shape[1]} nodes")
+        pos, weight = index.unit
+        tree = getattr(part, "_tree", None)
+        if tree is not None:
+            pieces = clipped_pieces(mesh.pos, cells, index.patch, tree)
+        else:
+            pieces = cell_pieces(cells, majority_patch(cells, index.patch))
+        with torch.no_grad():
+            return p1_patch_geometry(pos, weight, cells, index.patch, index.num_patches, pieces,
+                                     self.lift.layer.mode_index)
 
     def check_resolution(self, index: PatchIndex) -> bool:
         """Whether every non-empty patch of ``index`` resolves the model's modes
@@ -369,7 +428,8 @@ class PatchedOperator(EncoderOperator):
             raise ValueError("a query mesh needs its quadrature weights: the patched decoders "
                              "integrate over the query's patches; pass weight_query, or a Mesh")
         index = self.patch_index(mesh)
-        self.check_resolution(index)
+        if self.quadrature == "nodal":  # the exact P1 coefficients are not aliased by the nodes
+            self.check_resolution(index)
         h = self.encode(x, mesh, patches=index)
         if self.decoder == "pointwise":
             z, out = self.project(h), mesh
@@ -415,6 +475,11 @@ _ARGS = r"""
             :class:`~geoattn.models.encoder.CoordinateFeatures` (default ``None``: none).
         smoothing_eps: :math:`\varepsilon` of the smoothing last layer in place of the residual
             spectral layer (default ``None``: none; the paper uses ``1e-3``).
+        quadrature: how ViT-NO's patch lift integrates its Fourier coefficients: ``"nodal"``
+            (default, the nodes' weights in each patch) or ``"p1"`` (2-D triangle meshes: the
+            piecewise-linear interpolant integrated exactly over each patch, with an RCB partition
+            cut along its planes, see :func:`~geoattn.nn.patch_attention.p1_patch_geometry`).
+            FANO takes ``"nodal"`` only.
 
     Shapes:
         - input: ``x [N, C_in]`` on the nodes of ``mesh`` (a :class:`~geoattn.mesh.Mesh`, one

@@ -37,7 +37,7 @@ import torch
 
 from ..errors import UnsupportedCellError
 
-__all__ = ["SERIES_RADIUS", "p1_fourier_basis"]
+__all__ = ["SERIES_RADIUS", "p1_fourier_basis", "p1_triangle_weights"]
 
 #: Largest phase difference :math:`|\delta|` across a triangle for which the series is summed
 #: (at most 33 terms reach float64 precision there); larger ones use the matrix
@@ -117,18 +117,37 @@ def p1_fourier_basis(pos: torch.Tensor, cells: torch.Tensor, xi: torch.Tensor, m
     used = modes if zero is None else modes[zero:]
     pos, xi = pos.double(), xi.double()
     cells = cells.long().to(pos.device)
-    corner = pos[cells]  # (T, 3, 2)
-    edge1, edge2 = corner[:, 1] - corner[:, 0], corner[:, 2] - corner[:, 0]
-    area2 = (edge1[:, 0] * edge2[:, 1] - edge1[:, 1] * edge2[:, 0]).abs()  # 2 |T|
-    phase = 2.0 * math.pi * (xi[cells] @ used.to(pos).t())  # (T, 3, M_u): z_v / i
     out = torch.zeros(len(pos), len(used), dtype=torch.complex128, device=pos.device)
     step = max(1, chunk // max(len(used), 1))
     for start in range(0, len(cells), step):
-        ph, tri, a2 = phase[start:start + step], cells[start:start + step], area2[start:start + step]
+        tri = cells[start:start + step]
+        weights = p1_triangle_weights(pos[tri], xi[tri], used)  # (T, 3, M_u)
         for a in range(3):
-            b, c = (a + 1) % 3, (a + 2) % 3
-            dd = _exp_dd_repeated(1j * (ph[:, b] - ph[:, a]), 1j * (ph[:, c] - ph[:, a]))
-            out.index_add_(0, tri[:, a], a2[:, None] * torch.polar(torch.ones_like(ph[:, a]), ph[:, a]) * dd)
+            out.index_add_(0, tri[:, a], weights[:, a])
     if zero is None:
         return torch.cat([out.real, out.imag], dim=-1)
     return torch.cat([out.real, out.imag[:, 1:]], dim=-1)
+
+
+def p1_triangle_weights(corner: torch.Tensor, corner_xi: torch.Tensor, modes: torch.Tensor) -> torch.Tensor:
+    r"""The integrals :math:`\int_T \lambda_a(x)\, e^{2\pi i\, m \cdot \xi(x)}\,dx` of the
+    barycentric coordinates :math:`\lambda_a` of every triangle against every mode, exactly
+    (complex128, ``[T, 3, M]``): the per-cell pieces that :func:`p1_fourier_basis` adds up per node.
+
+    Args:
+        corner: the triangles' vertices ``[T, 3, 2]`` (for their areas).
+        corner_xi: the vertices' reference coordinates ``[T, 3, 2]`` (an affine map of ``corner``).
+        modes: integer modes ``[M, 2]`` (all of them are used, whatever their order).
+    """
+    corner, corner_xi = corner.double(), corner_xi.double()
+    edge1, edge2 = corner[:, 1] - corner[:, 0], corner[:, 2] - corner[:, 0]
+    area2 = (edge1[:, 0] * edge2[:, 1] - edge1[:, 1] * edge2[:, 0]).abs()  # 2 |T|
+    phase = 2.0 * math.pi * (corner_xi @ modes.to(corner).t())  # (T, 3, M): z_v / i
+    out = torch.empty(*phase.shape, dtype=torch.complex128, device=corner.device)
+    if out.numel() == 0:
+        return out
+    for a in range(3):
+        b, c = (a + 1) % 3, (a + 2) % 3
+        dd = _exp_dd_repeated(1j * (phase[:, b] - phase[:, a]), 1j * (phase[:, c] - phase[:, a]))
+        out[:, a] = area2[:, None] * torch.polar(torch.ones_like(phase[:, a]), phase[:, a]) * dd
+    return out

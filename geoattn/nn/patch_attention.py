@@ -6,18 +6,24 @@ from __future__ import annotations
 import math
 from typing import NamedTuple, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
+from geoattn.mesh.partition import patch_centroids
 from geoattn.mesh.quadrature import integrate
 
+from ..errors import UnsupportedCellError
+
 from .functional import segment_matmul, weighted_gram
+from .p1_fourier import p1_triangle_weights
 from .patch_pairs import PatchPairs, pair_mix, pair_scores, patch_pairs
 from .spectral import (FourierFrame, ModeLinear, _cos_sin, _uses_nufft, _zero_index, fourier_coefficients,
                        fourier_evaluate, fourier_modes, patch_frame)
 
-__all__ = ["PatchAttention", "PatchGeometry", "concat_geometry", "patch_coefficients", "patch_evaluate",
-           "patch_geometry"]
+__all__ = ["P1PatchGeometry", "PatchAttention", "PatchGeometry", "PatchPieces", "cell_pieces", "clipped_pieces",
+           "concat_geometry", "concat_p1_geometry", "majority_patch", "p1_patch_geometry", "patch_coefficients",
+           "patch_evaluate", "patch_geometry"]
 
 
 class PatchGeometry(NamedTuple):
@@ -68,6 +74,191 @@ def concat_geometry(parts: Sequence[PatchGeometry]) -> PatchGeometry:
     return PatchGeometry(frame, torch.cat(order), counts, torch.cat([p.mass for p in parts]))
 
 
+class PatchPieces(NamedTuple):
+    r"""How the triangles of a mesh are cut among the patches: piece ``k`` is the triangle with
+    vertices ``bary[k] @ pos[cells[cell[k]]]`` (``bary[k, j]``: the barycentric coordinates of its
+    vertex ``j`` in its parent cell, rows summing to 1; float64) and belongs to patch
+    ``patch[k]``. The pieces of a cell tile it. Made by :func:`cell_pieces` (whole cells) or
+    :func:`clipped_pieces` (cells cut by the planes of a recursive coordinate bisection)."""
+
+    cell: torch.Tensor
+    patch: torch.Tensor
+    bary: torch.Tensor
+
+
+def majority_patch(cells: torch.Tensor, patch: torch.Tensor) -> torch.Tensor:
+    """The patch of every cell ``[T]``: the one that holds most of its vertices (``patch [N]``),
+    ties to the lowest patch index."""
+    vp = patch[cells.long()]  # (T, k)
+    votes = (vp[:, :, None] == vp[:, None, :]).sum(-1)  # (T, k): how many vertices share my patch
+    best = votes.max(1, keepdim=True).values
+    big = torch.iinfo(vp.dtype).max
+    return torch.where(votes == best, vp, torch.full_like(vp, big)).min(1).values
+
+
+def cell_pieces(cells: torch.Tensor, cell_patch: torch.Tensor) -> PatchPieces:
+    """Every triangle whole, in patch ``cell_patch [T]`` (e.g. :func:`majority_patch`)."""
+    t = len(cells)
+    eye = torch.eye(3, dtype=torch.float64).expand(t, 3, 3).clone()
+    return PatchPieces(torch.arange(t), cell_patch.long().cpu(), eye)
+
+
+def clipped_pieces(pos: torch.Tensor, cells: torch.Tensor, patch: torch.Tensor, tree) -> PatchPieces:
+    r"""The triangles cut exactly along the planes of a recursive coordinate bisection ``tree``
+    (nodes with ``axis``, ``value``, ``left`` (``x[axis] < value``) and ``right``; leaves are patch
+    indices, as in :class:`~geoattn.mesh.Partition`): every piece lies in one box of the tree, so
+    the patches are the same regions of the domain on every mesh. A triangle whose vertices
+    (``patch [N]``, the nodes' patches under ``tree``) share one patch lies in that box (boxes
+    are convex) and stays whole; the others are clipped polygon by polygon down the tree and the
+    pieces fanned into triangles (pieces of relative area below ``1e-13`` dropped)."""
+    cells_np = cells.long().cpu().numpy()
+    p = pos.detach().cpu().double().numpy()
+    vp = patch.cpu().numpy()[cells_np]
+    whole = (vp == vp[:, :1]).all(1)
+    out_cell = [np.nonzero(whole)[0]]
+    out_patch = [vp[whole, 0]]
+    out_bary = [np.broadcast_to(np.eye(3), (int(whole.sum()), 3, 3))]
+    pieces_cell, pieces_patch, pieces_bary = [], [], []
+    eye = np.eye(3)
+
+    def clip(poly, bary, axis, value, keep_left):
+        """Sutherland–Hodgman against one half-plane, carrying barycentric coordinates."""
+        sign = 1.0 if keep_left else -1.0
+        dist = sign * (poly[:, axis] - value)  # <= 0: inside
+        outp, outb = [], []
+        n = len(poly)
+        for i in range(n):
+            j = (i + 1) % n
+            di, dj = dist[i], dist[j]
+            if di <= 0:
+                outp.append(poly[i]), outb.append(bary[i])
+            if (di < 0 < dj) or (dj < 0 < di):
+                t = di / (di - dj)
+                outp.append(poly[i] + t * (poly[j] - poly[i])), outb.append(bary[i] + t * (bary[j] - bary[i]))
+        return np.array(outp).reshape(-1, 2), np.array(outb).reshape(-1, 3)
+
+    def descend(node, poly, bary, c, area):
+        if len(poly) < 3:
+            return
+        if not hasattr(node, "axis"):
+            for k in range(1, len(poly) - 1):
+                tri_p = poly[[0, k, k + 1]]
+                e1, e2 = tri_p[1] - tri_p[0], tri_p[2] - tri_p[0]
+                if abs(e1[0] * e2[1] - e1[1] * e2[0]) > 1e-13 * area:
+                    pieces_cell.append(c), pieces_patch.append(int(node))
+                    pieces_bary.append(bary[[0, k, k + 1]])
+            return
+        descend(node.left, *clip(poly, bary, node.axis, node.value, True), c, area)
+        descend(node.right, *clip(poly, bary, node.axis, node.value, False), c, area)
+
+    for c in np.nonzero(~whole)[0]:
+        corner = p[cells_np[c]]
+        e1, e2 = corner[1] - corner[0], corner[2] - corner[0]
+        descend(tree, corner, eye, int(c), abs(e1[0] * e2[1] - e1[1] * e2[0]))
+    if pieces_cell:
+        out_cell.append(np.array(pieces_cell)), out_patch.append(np.array(pieces_patch))
+        out_bary.append(np.stack(pieces_bary))
+    return PatchPieces(torch.from_numpy(np.concatenate(out_cell)).long(),
+                       torch.from_numpy(np.concatenate(out_patch)).long(),
+                       torch.from_numpy(np.ascontiguousarray(np.concatenate(out_bary))).double())
+
+
+class P1PatchGeometry(NamedTuple):
+    r"""What the exact (P1) patch transforms need, once per mesh, partition and modes
+    (:func:`p1_patch_geometry`):
+
+    - ``geometry``: the :class:`PatchGeometry` of the nodes in the frames of the patches'
+      exact centroids (the centroids of the regions their pieces cover, not the weighted
+      centroids of their nodes), for the evaluation at the nodes;
+    - ``node``, ``segment``: one entry per (piece, vertex of its parent cell) ``[E]``, sorted by
+      segment (``batch * P + patch``);
+    - ``counts``: entries per segment (plain integers);
+    - ``weighted``: per entry the integral over the piece of the parent's hat function of
+      ``node`` times every cosine and sine, in the layout of
+      :func:`~geoattn.nn.spectral.dense_basis` ``[E, M]`` (in the frame of the piece's patch).
+    """
+
+    geometry: PatchGeometry
+    node: torch.Tensor
+    segment: torch.Tensor
+    counts: tuple[int, ...]
+    weighted: torch.Tensor
+
+
+def p1_patch_geometry(pos: torch.Tensor, weight: torch.Tensor, cells: torch.Tensor, patch: torch.Tensor,
+                      num_patches: int, pieces: PatchPieces, modes: torch.Tensor,
+                      patch_length: float = 1.0) -> P1PatchGeometry:
+    r"""The :class:`P1PatchGeometry` of one graph: nodes ``pos [N, 2]`` with weights ``weight``
+    (only for the :attr:`PatchGeometry.mass` of the node patches) in patches ``patch [N]``,
+    triangles ``cells [T, 3]`` cut into ``pieces`` (:class:`PatchPieces`), for the modes
+    ``modes`` (the symmetric order of :func:`~geoattn.nn.spectral.fourier_modes`).
+
+    Patch :math:`p`'s frame is centred at the centroid :math:`c_p` of the region :math:`D_p`
+    its pieces cover, with side ``patch_length`` :math:`L`, and
+
+    .. math::
+        \hat u_p(m) = rac{1}{L^d} \int_{D_p} u_h(x)\, e^{-2\pi i\, m\cdot(x - c_p)/L}\,dx
+        = rac{1}{L^d} \sum_{	ext{pieces } 	au \subset D_p} \sum_{a} u_{i_a}
+        \int_	au arphi_{i_a}\, e^{-2\pi i\, m\cdot(x - c_p)/L}\,dx,
+
+    exact for the piecewise-linear interpolant :math:`u_h` (:func:`~geoattn.nn.p1_fourier.p1_triangle_weights`
+    on every piece, in float64). A patch without pieces keeps the weighted centroid of its nodes.
+    """
+    from .spectral import _zero_index
+
+    if pos.shape[-1] != 2 or cells.dim() != 2 or cells.shape[1] != 3:
+        raise UnsupportedCellError(f"the exact P1 patch transform needs triangles of 2-D nodes, got nodes "
+                                   f"{tuple(pos.shape)} and cells {tuple(cells.shape)}")
+    device, dtype = pos.device, pos.dtype
+    zero = _zero_index(modes)
+    if zero is None:
+        raise ValueError("p1_patch_geometry needs the symmetric modes of fourier_modes")
+    used = modes[zero:].cpu()
+    p64 = pos.detach().cpu().double()
+    cells = cells.long().cpu()
+    parent = p64[cells[pieces.cell]]  # (K, 3, 2)
+    corner = pieces.bary @ parent  # (K, 3, 2): the pieces' vertices
+    e1, e2 = corner[:, 1] - corner[:, 0], corner[:, 2] - corner[:, 0]
+    area = 0.5 * (e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0]).abs()  # (K,)
+    mass = torch.zeros(num_patches, dtype=torch.float64).index_add_(0, pieces.patch, area)
+    moment = torch.zeros(num_patches, 2, dtype=torch.float64).index_add_(
+        0, pieces.patch, area[:, None] * corner.mean(1))
+    nodal = patch_geometry(pos, weight, patch, num_patches, patch_length=patch_length)
+    nodal_centroid = patch_centroids(p64, weight.detach().cpu().double(), patch.cpu(), num_patches)
+    centroid = torch.where((mass > 0)[:, None], moment / mass.clamp(min=1e-300)[:, None], nodal_centroid)
+    # the pieces' integrals of the parent's hats in their patch's frame
+    xi_piece = (corner - centroid[pieces.patch][:, None, :]) / patch_length
+    lam = p1_triangle_weights(corner, xi_piece, used)  # (K, 3, M_h): int lambda'_j e^{+}
+    hat = torch.einsum("kja,kjm->kam", pieces.bary.to(lam.dtype), lam)  # (K, 3, M_h): int phi_a e^{+}
+    weighted = torch.cat([hat.real, hat.imag[..., 1:]], dim=-1)  # (K, 3, M)
+    node = cells[pieces.cell]  # (K, 3)
+    segment = pieces.patch[:, None].expand(-1, 3)
+    node, segment, weighted = node.reshape(-1), segment.reshape(-1), weighted.reshape(-1, weighted.shape[-1])
+    order = torch.argsort(segment, stable=True)
+    counts = tuple(torch.bincount(segment, minlength=num_patches).tolist())
+    xi = (pos - centroid.to(device, dtype)[patch]) / patch_length
+    frame = FourierFrame(xi, nodal.frame.segment, num_patches, nodal.frame.volume)
+    geometry = PatchGeometry(frame, nodal.order, nodal.counts, nodal.mass)
+    return P1PatchGeometry(geometry, node[order].to(device), segment[order].to(device), counts,
+                           weighted[order].to(device, dtype))
+
+
+def concat_p1_geometry(parts: Sequence[P1PatchGeometry], num_nodes: Sequence[int]) -> P1PatchGeometry:
+    """The :class:`P1PatchGeometry` of a batch from those of its graphs (with ``num_nodes`` nodes
+    each), without reading the device."""
+    if len(parts) == 1:
+        return parts[0]
+    node, segment, counts, offset, seg_offset = [], [], (), 0, 0
+    for part, n in zip(parts, num_nodes):
+        node.append(part.node + offset)
+        segment.append(part.segment + seg_offset)
+        counts += part.counts
+        offset += n
+        seg_offset += part.geometry.frame.num_segments
+    return P1PatchGeometry(concat_geometry([p.geometry for p in parts]), torch.cat(node), torch.cat(segment),
+                           counts, torch.cat([p.weighted for p in parts]))
+
+
 def _dense_basis(xi: torch.Tensor, modes: torch.Tensor, zero: int | None) -> torch.Tensor:
     """:func:`~geoattn.nn.spectral.dense_basis` with the place of mode 0 given (no
     ``torch.equal`` on the modes, which would read the device)."""
@@ -79,18 +270,29 @@ def _dense_basis(xi: torch.Tensor, modes: torch.Tensor, zero: int | None) -> tor
 
 def patch_coefficients(x: torch.Tensor, weight: torch.Tensor, geometry: PatchGeometry,
                        modes: torch.Tensor, zero: int | None, basis: torch.Tensor | None = None,
-                       backend: str = "auto") -> torch.Tensor:
+                       backend: str = "auto", *, p1: P1PatchGeometry | None = None) -> torch.Tensor:
     """:func:`~geoattn.nn.spectral.fourier_coefficients` ``[B * P, M, C]`` of every patch, with the
     segment sizes of ``geometry`` (no host read; the same numbers). ``zero``: the index of mode 0
     in ``modes`` (:func:`~geoattn.nn.spectral._zero_index`, computed once by the layer);
     ``basis``: :func:`~geoattn.nn.spectral.dense_basis` of ``geometry.frame.xi`` (default: made
-    here)."""
+    here).
+
+    ``p1`` (keyword, optional): a :class:`P1PatchGeometry` made by :func:`p1_patch_geometry` for
+    ``modes``: the coefficients are then the exact integrals of the piecewise-linear interpolant
+    of ``x`` over every patch's pieces of triangles (``quadrature="p1"``), not the quadrature over
+    its nodes; ``weight`` and ``basis`` are unused and ``geometry`` should be ``p1.geometry``
+    (its frame, the exact patch centroids, is the one the weights were made in)."""
     frame = geometry.frame
-    if _uses_nufft(backend, frame, modes):
-        return fourier_coefficients(x, weight, frame, modes, backend)
-    trig = _dense_basis(frame.xi.to(x.dtype), modes, zero) if basis is None else basis.to(x.dtype)
-    o = geometry.order  # weighted_gram sorts by segment itself; given the counts, it takes them sorted
-    gram = weighted_gram(trig[o], x[o], weight[o], frame.segment, frame.num_segments, counts=geometry.counts)
+    if p1 is not None:
+        trig = p1.weighted.to(x.dtype)
+        gram = weighted_gram(trig, x[p1.node], torch.ones_like(trig[:, 0]), p1.segment, frame.num_segments,
+                             counts=p1.counts)  # entries are sorted by segment
+    else:
+        if _uses_nufft(backend, frame, modes):
+            return fourier_coefficients(x, weight, frame, modes, backend)
+        trig = _dense_basis(frame.xi.to(x.dtype), modes, zero) if basis is None else basis.to(x.dtype)
+        o = geometry.order  # weighted_gram sorts by segment itself; given the counts, it takes them sorted
+        gram = weighted_gram(trig[o], x[o], weight[o], frame.segment, frame.num_segments, counts=geometry.counts)
     gram = gram / frame.volume.to(gram.dtype).view(-1, 1, 1)
     if zero is None:
         m = len(modes)
