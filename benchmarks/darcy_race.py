@@ -28,7 +28,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -56,6 +55,21 @@ def run_one(domain: str, n_train: int, model: str, args) -> Path:
     return out / "results.json"
 
 
+def fem_floor(domain: str, n_train: int, args) -> dict[str, float]:
+    """How far each mesh's own test targets are from the twice-refined training mesh's solutions
+    (``darcy_compare.py --fem-floor``), kept in ``OUT/DOMAIN/nN/floor.json``."""
+    path = args.out / domain / f"n{n_train}" / "floor.json"
+    if not path.exists():
+        cmd = [sys.executable, str(HERE / "darcy_compare.py"), "--fem-floor", "--scale", args.scale, "--domain", domain,
+               "--families", FAMILY[domain], "--n-train", str(n_train)]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+        line = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout.strip().splitlines()[-1]
+        floor = {k: float(v) for k, v in (item.split() for item in line.split(": ", 1)[1].split(", "))}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(floor))
+    return json.loads(path.read_text())
+
+
 def rows_of(path: Path) -> tuple[dict, dict]:
     """``(nodes per mesh, row of the model)`` of one run's ``results.json``."""
     run = json.loads(path.read_text())
@@ -64,8 +78,9 @@ def rows_of(path: Path) -> tuple[dict, dict]:
     return family["nodes"], row
 
 
-def race_table(results: dict, models: list[str]) -> str:
-    """One section per domain: error on every mesh, ratio to FNO, worst / train, time per epoch."""
+def race_table(results: dict, models: list[str], floors: dict | None = None) -> str:
+    """One section per domain: error on every mesh, ratio to FNO, worst / train, time per epoch;
+    with ``floors``, a last row with each mesh's finite-element floor (:func:`fem_floor`)."""
     parts = []
     for (domain, n_train), runs in results.items():
         nodes = next(iter(runs.values()))[0]
@@ -85,8 +100,18 @@ def race_table(results: dict, models: list[str]) -> str:
             if peer:
                 cells.append(" / ".join(f"{e / peer['test'][m]:.2f}" for e, m in zip(errors, meshes)))
             body.append(cells)
+        floor = (floors or {}).get((domain, n_train))
+        if floor:
+            body.append(["FE floor of the targets", "", "", *(f"{floor[m]:.4f}" for m in meshes), ""]
+                        + ([""] if peer else []))
+        summary = ""
+        if peer:
+            ratios = {model: [runs[model][1]["test"][m] / peer["test"][m] for m in meshes]
+                      for model in models if model in runs and model != PEER}
+            summary = "\n\nError over FNO's, lowest to highest over the meshes: " + ", ".join(
+                f"`{model}` {min(r):.2f}–{max(r):.2f}" for model, r in ratios.items()) + "."
         parts.append(f"## {domain}, {FAMILY[domain]} coefficients, {n_train} training samples\n\n"
-                     + markdown_table(head, body))
+                     + markdown_table(head, body) + summary)
         configs = [f"- `{model}`: `{runs[model][1]['config']}`" for model in models if model in runs]
         parts.append("Configurations:\n\n" + "\n".join(configs))
     return "\n\n".join(parts)
@@ -106,13 +131,21 @@ def samples_table(results: dict, models: list[str]) -> str:
             errors = list(row["test"].values()) if row else []
             cells.append(f"{errors[0]:.4f} / {max(errors[1:]):.4f}" if row else "")
         body.append(cells)
-    return f"## {domain}, {FAMILY[domain]} coefficients\n\n" + markdown_table(head, body)
+    text = f"## {domain}, {FAMILY[domain]} coefficients\n\n" + markdown_table(head, body)
+    for model in models:
+        if model != PEER and all(m in results[(domain, n)] for n in sizes for m in (model, PEER)):
+            ratios = [max(results[(domain, n)][model][1]["test"][k] / results[(domain, n)][PEER][1]["test"][k]
+                          for k in results[(domain, n)][PEER][1]["test"]) for n in sizes]
+            text += (f"\n\n`{model}`'s error over FNO's, the largest over the meshes: "
+                     + ", ".join(f"{r:.2f} at {n}" for n, r in zip(sizes, ratios)) + " samples.")
+    return text
 
 
 def plot_samples(results: dict, models: list[str], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.ticker
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5, 3.6))
@@ -121,6 +154,9 @@ def plot_samples(results: dict, models: list[str], path: Path) -> None:
         ax.loglog([n for n, _ in points], [list(t.values())[0] for _, t in points], "o-", label=f"{model}, train mesh")
         ax.loglog([n for n, _ in points], [max(list(t.values())[1:]) for _, t in points], "x--",
                   label=f"{model}, worst mesh")
+    sizes = sorted({n for _, n in results})
+    ax.set_xticks(sizes, [str(n) for n in sizes])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     ax.set_xlabel("training samples")
     ax.set_ylabel("test relative L2 error")
     ax.legend(fontsize=7)
@@ -137,31 +173,36 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seconds", type=float, default=300.0, help="training time per model (default 300)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each (default 2)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--floors", action="store_true",
+                        help="also measure each mesh's finite-element floor: how far its own targets are from the "
+                             "twice-refined training mesh's solutions (a row of the table)")
     parser.add_argument("--out", type=Path, required=True, help="folder of the runs (a rerun skips finished runs)")
     add_docs_argument(parser)
     args = parser.parse_args(argv)
     jobs = [(d, n, m) for d in args.domains for n in args.n_train for m in args.models]
-    tic = time.perf_counter()
     with ThreadPoolExecutor(args.jobs) as pool:
         paths = list(pool.map(lambda job: run_one(*job, args), jobs))
     results: dict = {}
     for (domain, n, model), path in zip(jobs, paths):
         results.setdefault((domain, n), {})[model] = rows_of(path)
     curve = len(args.n_train) > 1
-    table = samples_table(results, args.models) if curve else race_table(results, args.models)
-    load = os.getloadavg()
-    device = json.loads(paths[0].read_text())["machine"]
-    machine = (f"{device}, {os.cpu_count()} cores; {args.jobs} runs at a time, one torch thread each; load average "
-               f"{load[0]:.1f} / {load[2]:.1f} (1 / 15 min) at the end; {time.perf_counter() - tic:.0f} s in all")
+    floors = {key: fem_floor(*key, args) for key in results} if args.floors and not curve else None
+    table = samples_table(results, args.models) if curve else race_table(results, args.models, floors)
+    runs = [json.loads(p.read_text()) for p in paths]
+    loads = [r["load"][0] for r in runs]
+    machine = (f"{runs[0]['machine']}, {os.cpu_count()} cores; {args.jobs} runs at a time, one torch thread each; "
+               f"load average (1 min) at the end of each run {min(loads):.1f}–{max(loads):.1f}")
     print(table)
     print(machine)
+    notes = f"Each model trained for {args.seconds:g} s of measured training time on one thread."
     if curve:
-        plot_samples(results, args.models, args.out / "samples.png")
+        figure = args.docs.with_suffix(".png") if args.docs else args.out / "samples.png"
+        plot_samples(results, args.models, figure)
+        notes += f"\n\n![error against training samples]({figure.name})"
     if args.docs:
         title = "Darcy: error against training samples" if curve else "Darcy race: FNO through a grid, fairly configured"
         command = "python benchmarks/darcy_race.py " + " ".join(a for a in (argv or sys.argv[1:]))
-        write_page(args.docs, title, command, table, machine,
-                   notes=f"Each model trained for {args.seconds:g} s of measured training time on one thread.")
+        write_page(args.docs, title, command, table, machine, notes=notes)
     return results
 
 

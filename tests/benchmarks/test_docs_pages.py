@@ -8,7 +8,7 @@ import torch
 SCRIPTS = {"galerkin_experiments": [], "lorenz_cde": [], "kolmogorov": [], "nao": ["radial"], "torus": [],
            "own_files": [], "scale": [], "spectral": [], "attention": [], "neighbors": [], "patch_attention": [],
            "training_step": [], "coordinate_features": [], "darcy_floor": [], "darcy_generation": [],
-           "imports": [], "darcy_calvello": [], "vit_transfer": [], "contract": []}
+           "imports": [], "darcy_calvello": [], "vit_transfer": [], "contract": [], "darcy_race": []}
 
 
 @pytest.fixture(autouse=True)
