@@ -29,7 +29,7 @@ coefficients from the near-exact ones for mode 0 (``dc0``) and the other modes (
 mesh and (``_t``) on the training mesh. (Interpolating the lift's output between meshes instead
 is no clean swap: it is discontinuous at the patch seams.)
 
-The variants ``p1`` and ``p1metis`` train the model with ``quadrature="p1"``: the lift's patch
+The variants ``p1``, ``p1metis`` and ``P4p1`` (4 patches of about 70 nodes) train the model with ``quadrature="p1"``: the lift's patch
 coefficients are the exact integrals of the piecewise-linear interpolant over each patch (RCB:
 the triangles cut along the partition's planes; METIS: whole triangles by their vertices'
 majority), in frames about the exact patch centroids; their ``coef@*`` columns swap in the P1
@@ -186,7 +186,7 @@ def main(argv=None):
     parser.add_argument("--width", type=int, default=32)
     parser.add_argument("--quick", action="store_true", help="the base variant only")
     parser.add_argument("--variants", nargs="*", default=None,
-                        help="names among: base modes0 modes1 P4 P4m1 metis p1 p1metis (p1: the lift's "
+                        help="names among: base modes0 modes1 P4 P4m1 metis p1 p1metis P4p1 (p1: the lift's "
                              "patch coefficients exact on the P1 interpolant, quadrature='p1')")
     add_docs_argument(parser)
     args = parser.parse_args(argv)
@@ -206,7 +206,8 @@ def main(argv=None):
                 "P4m1": dict(num_patches=4, modes=1),
                 "metis": dict(num_patches=16, modes=2, partition_method="metis"),
                 "p1": dict(num_patches=16, modes=2, quadrature="p1"),
-                "p1metis": dict(num_patches=16, modes=2, partition_method="metis", quadrature="p1")}
+                "p1metis": dict(num_patches=16, modes=2, partition_method="metis", quadrature="p1"),
+                "P4p1": dict(num_patches=4, modes=2, quadrature="p1")}
     chosen = ["base"] if args.quick else (args.variants or list(variants))
     rows = []
     for name in chosen:
