@@ -195,6 +195,14 @@ def main(argv: list[str] | None = None) -> dict:
     print(table)
     print(machine)
     notes = f"Each model trained for {args.seconds:g} s of measured training time on one thread."
+    if runs[0]["scale"].get("refine_data"):
+        notes += (" geoattn's models train on the training samples carried to the training mesh refined once "
+                  "(`geoattn.data.refined_samples`: the loss against the data's interpolants between the nodes "
+                  "too); FNO on the samples as they are.")
+    if args.floors and not curve:
+        notes += (" The FE floor row is how far each mesh's own targets are from the twice-refined training "
+                  "mesh's solutions: a mesh whose floor is above the training mesh's carries targets further "
+                  "from the continuum, and every model's ratio there rises with it.")
     if curve:
         figure = args.docs.with_suffix(".png") if args.docs else args.out / "samples.png"
         plot_samples(results, args.models, figure)
