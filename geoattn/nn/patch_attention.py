@@ -222,7 +222,7 @@ def p1_patch_geometry(pos: torch.Tensor, weight: torch.Tensor, cells: torch.Tens
     area = 0.5 * (e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0]).abs()  # (K,)
     mass = torch.zeros(num_patches, dtype=torch.float64).index_add_(0, pieces.patch, area)
     moment = torch.zeros(num_patches, 2, dtype=torch.float64).index_add_(
-        0, pieces.patch, area[:, None] * corner.mean(1))
+        0, pieces.patch, area[:, None] * corner.mean(1))  # quadrature-ok: a piece's centroid, over its 3 vertices
     nodal = patch_geometry(pos, weight, patch, num_patches, patch_length=patch_length)
     nodal_centroid = patch_centroids(p64, weight.detach().cpu().double(), patch.cpu(), num_patches)
     centroid = torch.where((mass > 0)[:, None], moment / mass.clamp(min=1e-300)[:, None], nodal_centroid)

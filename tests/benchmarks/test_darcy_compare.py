@@ -169,17 +169,24 @@ def test_peers_get_the_configuration_their_users_would_pick(race):
     np.testing.assert_allclose([lower, upper], [(-1, -1), (1, 1)], atol=1e-12)
 
 
-def test_budget_is_the_trainers_measured_time(meshes, race, script, monkeypatch):
-    """``--seconds S`` reaches the trainer as its training-time budget (divided among the members
-    of an ensemble); the epochs reported are those it trained, and the configurations are in the
-    table."""
+def _record_budgets(race, monkeypatch, epochs: int) -> list:
+    """Make the race's ``train_ensemble`` record the training-time budget it is given and train
+    ``epochs`` epochs instead; the list of budgets it fills."""
     budgets, real = [], race.train_ensemble
 
     def recorded(*args, seconds=None, **kwargs):
         budgets.append(seconds)
-        return real(*args, **{**kwargs, "epochs": 2})
+        return real(*args, **{**kwargs, "epochs": epochs})
 
     monkeypatch.setattr(race, "train_ensemble", recorded)
+    return budgets
+
+
+def test_budget_is_the_trainers_measured_time(meshes, race, script, monkeypatch):
+    """``--seconds S`` reaches the trainer as its training-time budget (divided among the members
+    of an ensemble); the epochs reported are those it trained, and the configurations are in the
+    table."""
+    budgets = _record_budgets(race, monkeypatch, epochs=2)
     results = script.main(["--scale", "tiny", "--families", "piecewise", "--models", "tno", "--seconds", "8",
                            "--ensemble", "2"])
     row = results["piecewise"]["models"]["tno"]
@@ -522,13 +529,7 @@ def test_ensemble_trains_members_on_a_share_of_the_budget_and_scores_their_mean(
     averaged member by member under the symmetries."""
     from geoattn.train import Ensemble, evaluate_errors
 
-    budgets, real = [], race.train_ensemble
-
-    def recorded(*args, seconds=None, **kwargs):
-        budgets.append(seconds)
-        return real(*args, **{**kwargs, "epochs": 3})
-
-    monkeypatch.setattr(race, "train_ensemble", recorded)
+    budgets = _record_budgets(race, monkeypatch, epochs=3)
     results = script.main(["--scale", "tiny", "--families", "lognormal", "--models", "mesh_fno", "--seconds", "8",
                            "--ensemble", "2", "--validation", "2", "--symmetries", "--out", str(tmp_path)])
     assert budgets == [4.0]
