@@ -58,6 +58,8 @@ from results_page import add_docs_argument, write_page
 log = logging.getLogger("lorenz_cde")
 
 EXPERIMENTS = tuple(OPERATORS)
+#: the weighted TNO and its node-average ablation
+MODELS = ("weighted", "node_average")
 
 #: the project's target: the weighted model's non-uniform median error at most this times its
 #: uniform (training-grid) median error
@@ -77,6 +79,7 @@ class Scale:
     depth: int
     num_heads: int
     ff_mult: int
+    seconds: float | None = None  # training-time budget per model (Trainer(seconds=)); None: all epochs
 
 
 SCALES = {
@@ -135,11 +138,14 @@ def predict(op: NormalizedOperator, data) -> np.ndarray:
 
 
 def run_experiment(experiment: str, scale: Scale, device: torch.device, seed: int = 0,
-                   progress: bool = True, runs: Path | None = None) -> dict:
+                   progress: bool = True, runs: Path | None = None,
+                   models: tuple[str, ...] = MODELS) -> dict:
     """Train the weighted TNO and the node-average ablation on the uniform grid and score both on
     every grid of :func:`grids`. With ``runs``, each model trains in its own run folder
     ``runs/runs/<experiment>-<model>`` (:class:`runs.ModelRun`): a rerun continues a model cut off
-    and skips the finished ones."""
+    and skips the finished ones. ``models``: the subset to train now (two processes can train the
+    two models side by side into the same ``runs``); the comparison needs both, so with one the
+    result holds that model only."""
     tic = time.perf_counter()
     all_grids = grids()
     train = ode_samples(experiment, {"uniform": all_grids["uniform"]}, scale.n_train, seed,
@@ -151,7 +157,8 @@ def run_experiment(experiment: str, scale: Scale, device: torch.device, seed: in
     test = {k: [d.to(device) for d in v] for k, v in test.items()}
     out = {"nodes": {k: len(t) for k, t in all_grids.items()}, "data_seconds": data_seconds, "models": {}}
     operators = {}
-    for name, unweighted in (("weighted", False), ("node_average", True)):
+    for name in models:
+        unweighted = name == "node_average"
         run = ModelRun(runs, f"{experiment}-{name}", {**asdict(scale), "experiment": experiment,
                                                       "model": name, "seed": seed})
         op = build(experiment, scale, unweighted, seed).to(device)
@@ -161,7 +168,7 @@ def run_experiment(experiment: str, scale: Scale, device: torch.device, seed: in
             log.info("%s %s: finished in %s, skipped", experiment, name, run.folder)
         else:
             history = run.fit(op, train, epochs=scale.epochs, batch_size=scale.batch_size, lr=scale.lr,
-                              seed=seed, progress=progress)
+                              seed=seed, progress=progress, seconds=scale.seconds)
             tic_eval = time.perf_counter()
             errors = {g: summary(evaluate_errors(op, samples, batch_size=max(scale.batch_size, 32)))
                       for g, samples in test.items()}
@@ -173,12 +180,16 @@ def run_experiment(experiment: str, scale: Scale, device: torch.device, seed: in
                 "eval_seconds": eval_seconds,
                 "seconds": train_seconds + eval_seconds,  # the model's wall time
                 "train_error": history[-1]["train"],
+                "epochs": len(history),
                 "errors": errors,
             }
             run.finish(out["models"][name])
         errors = out["models"][name]["errors"]
         operators[name] = op
         log.info("%s %s: %s", experiment, name, {g: f"{e['median']:.3e}" for g, e in errors.items()})
+    if set(models) != set(MODELS):
+        out["seconds"] = time.perf_counter() - tic
+        return out
     w = out["models"]["weighted"]["errors"]
     out["ratio"] = w["nonuniform"]["median"] / w["uniform"]["median"]
     out["target_met"] = bool(out["ratio"] <= TARGET_RATIO)
@@ -214,8 +225,12 @@ def markdown(experiment: str, res: dict, scale: Scale) -> str:
     rows.append(("node-average ablation, non-uniform eq. (41)", nodes["nonuniform"], a["nonuniform"],
                  PAPER.get((experiment, "node_average"))))
     rows.append(("node-average ablation, uniform dt = 0.01", nodes["uniform"], a["uniform"], None))
+    epochs = {res["models"][m].get("epochs", scale.epochs) for m in MODELS}
+    trained = f"{scale.epochs} epochs" if epochs == {scale.epochs} else (
+        f"{' / '.join(str(res['models'][m].get('epochs')) for m in MODELS)} epochs (weighted / node-average) "
+        f"in a training-time budget of {scale.seconds:.0f} s each")
     lines = [f"**{experiment}** ({scale.n_train} training / {scale.n_test} test trajectories, TNO width "
-             f"{scale.width}, depth {scale.depth}, {scale.epochs} epochs):", "",
+             f"{scale.width}, depth {scale.depth}, {trained}):", "",
              "| evaluation | nodes | median rel. L2 | max rel. L2 | paper (median / max) |",
              "|---|---|---|---|---|"]
     for label, n, e, paper in rows:
@@ -304,6 +319,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seed", type=int, default=0, help="data stream and initialisation seed")
     for field in ("n_train", "n_test", "epochs", "batch_size", "width", "depth"):
         parser.add_argument("--" + field.replace("_", "-"), type=int, help=f"override the scale's {field}")
+    parser.add_argument("--seconds", type=float,
+                        help="training-time budget per model (the one-cycle schedule fits into it; "
+                             "default: the scale's, none = all epochs)")
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS),
+                        help="train only these now (with --out, two processes can train the two side by "
+                             "side; the same command without --models then scores and tabulates both)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--out", type=Path,
                         help="JSON file of the results; each model also trains in its own run folder under "
@@ -328,7 +349,12 @@ def main(argv: list[str] | None = None) -> dict:
     results, tables = {}, []
     for experiment in experiments:
         runs = None if args.out is None else args.out.with_name(args.out.stem + "_runs")
-        results[experiment] = run_experiment(experiment, scale, device, args.seed, not args.no_progress, runs)
+        results[experiment] = run_experiment(experiment, scale, device, args.seed, not args.no_progress, runs,
+                                             tuple(args.models))
+        if set(args.models) != set(MODELS):
+            print(f"{experiment}: trained {', '.join(args.models)}; the same command without --models "
+                  "tabulates both models")
+            continue
         tables.append(markdown(experiment, results[experiment], scale))
         print(tables[-1])
         print(f"({results[experiment]['seconds']:.0f} s, of which data {results[experiment]['data_seconds']:.0f} s)\n")
@@ -345,7 +371,7 @@ def main(argv: list[str] | None = None) -> dict:
         args.out.write_text(json.dumps({"scale": asdict(scale), "scale_name": args.scale, "seed": args.seed,
                                         "device": str(device), "machine": machine, "load": load,
                                         "results": results}, indent=1))
-    if args.docs:
+    if args.docs and tables:
         write_page(args.docs, "Lorenz-63 and a controlled ODE, TNO in 1-D (`benchmarks/lorenz_cde.py`)",
                    " ".join(["python", "benchmarks/lorenz_cde.py", *(sys.argv[1:] if argv is None else argv)]),
                    "\n\n".join(tables),

@@ -1,6 +1,7 @@
 """Smoke runs of ``benchmarks/galerkin_experiments.py`` at the tiny scale, and its pieces."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -63,6 +64,7 @@ def test_paper_preset_is_cao_table_2a(script):
     assert (paper.n_train, paper.n_test, paper.resolutions, paper.epochs, paper.batch_size, paper.lr) == \
         (1024, 100, (512, 2048), 100, 8, 1e-3)
     assert (paper.width, paper.depth, paper.num_heads, paper.weight_decay) == (96, 4, 1, 0.0)
+    assert paper.nu == pytest.approx(0.1 / (2 * math.pi), rel=1e-15)  # §5.1: "nu = (2 pi)^-1 0.1"
     assert paper.model_options() == {"block": "cao", "decoder": "spectral",
                                      "spectral": {"width": 48, "modes": 15, "period": 1.0}}
     model = script.GalerkinTransformer(1, 1, dim=paper.dim, width=paper.width, depth=paper.depth,
@@ -114,3 +116,35 @@ def test_burgers_samples_solved_in_parallel_and_cached_equal_the_serial_solve(sc
             assert np.array_equal(got.solution.coefficients, want.solution.coefficients)
             assert list(got.indices) == list(want.indices)
     assert len(list(tmp_path.glob("burgers_*.npy"))) == 1
+
+
+def test_viscosity_reaches_the_solver_the_cache_and_the_samples(script, tmp_path):
+    """A scale's ``nu`` is the solver's (the same samples as ``burgers_data`` with that ``nu``,
+    unlike the default 0.1's), names its own cache file and is carried by the samples (the
+    non-uniform grids' density reads it)."""
+    import numpy as np
+
+    scale = script.replace(script.SCALES["burgers"]["paper-tiny"], nu=0.05)
+    want = burgers_data(scale.n_train, 0, grid=scale.grid, dt=scale.dt, nu=0.05).solution.coefficients
+    other = burgers_data(scale.n_train, 0, grid=scale.grid, dt=scale.dt).solution.coefficients
+    assert not np.allclose(want, other)
+    for workers in (2, 1):  # solved by workers into the cache, then read back
+        train, test = script.burgers_split(scale, 0, cache=tmp_path, workers=workers)
+        assert np.array_equal(train.solution.coefficients, want)
+        assert train.nu == test.nu == 0.05
+    default = script.SCALES["burgers"]["paper-tiny"]
+    script.burgers_split(default, 0, cache=tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("burgers_*.npy")) == [
+        "burgers_seed0_n6_grid256_dt0.002.npy", "burgers_seed0_n6_grid256_dt0.002_nu0.05.npy"]
+
+
+def test_fno_reference_row(script, tmp_path):
+    """``--models FNO``: neuralop's FNO on the uniform grid, tabulated beside Cao's FNO1d row."""
+    pytest.importorskip("neuralop")
+    rows = script.main(["--experiment", "burgers", "--scale", "paper-tiny", "--models", "FNO", *THREADS,
+                        "--out", str(tmp_path)])["rows"]
+    row = rows["FNO-64"]
+    assert row["model"] == "FNO" and row["epochs"] == 3 and 0 < row["uniform"] < float("inf")
+    table = (tmp_path / "table.md").read_text()
+    assert "| FNO | 64 |" in table
+    assert script.PAPER_BURGERS["FNO"][512] == 4.373e-3  # Table 2a, "FNO1d 1cycle"

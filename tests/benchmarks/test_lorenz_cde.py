@@ -94,3 +94,18 @@ def test_run_cut_off_resumes_to_the_uninterrupted_result(script, tmp_path, run_t
     assert model["seconds"] >= model["train_seconds"] > 0
     run_trainer("none")
     assert _scores(script.main(args + ["--out", str(tmp_path / "cut.json")])) == _scores(whole)
+
+
+def test_models_trained_side_by_side_then_tabulated_with_a_time_budget(script, tmp_path):
+    """``--models`` trains one model into the run folders; the same command without it trains
+    only the other and tabulates both; ``--seconds`` is each model's training-time budget."""
+    args = ["--experiment", "lorenz1", "--scale", "paper-tiny", "--device", "cpu", "--no-progress",
+            "--threads", str(torch.get_num_threads()), "--seconds", "30", "--out", str(tmp_path / "r.json")]
+    part = script.main(args + ["--models", "node_average"])["lorenz1"]
+    assert set(part["models"]) == {"node_average"} and "ratio" not in part
+    whole = script.main(args)["lorenz1"]
+    assert whole["models"]["node_average"] == part["models"]["node_average"]  # finished: not retrained
+    assert set(whole["models"]) == {"weighted", "node_average"} and "ratio" in whole
+    assert all(m["epochs"] <= 3 for m in whole["models"].values())
+    saved = json.loads((tmp_path / "r_runs" / "runs" / "lorenz1-weighted" / "config.json").read_text())
+    assert saved["seconds"] == 30.0
