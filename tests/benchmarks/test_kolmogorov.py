@@ -67,3 +67,14 @@ def test_physics_baselines_are_first_and_second_order_in_the_interval(script):
     assert ratio["linear part"] == pytest.approx(2, rel=0.1)
     assert ratio["Euler step"] == pytest.approx(4, rel=0.1)
     assert errors[0.01]["Euler step"] < 0.1 * errors[0.01]["identity"]
+
+
+def test_patched_models_take_the_papers_modes_where_their_patches_resolve_them(script):
+    """FANO 9 and ViT-NO 12 modes per axis (the paper's) where 16 patches resolve them (416^2:
+    25), the resolved modes below that (the cpu scale's 32^2 grid: 1)."""
+    gpu, cpu = script.SCALES["gpu"], script.SCALES["cpu"]
+    assert script.model_kwargs("fano", gpu, 416 ** 2)["modes"] == 9
+    assert script.model_kwargs("vit", gpu, 416 ** 2)["modes"] == 12
+    assert script.model_kwargs("fano", cpu, 32 ** 2)["modes"] == 1
+    assert script.model_kwargs("fano", cpu, 152 ** 2)["modes"] == 9  # the smallest square grid for 9
+    assert script.model_kwargs("fano", cpu, 150 ** 2)["modes"] == 8
