@@ -33,7 +33,10 @@ The variants ``p1``, ``p1metis`` and ``P4p1`` (4 patches of about 70 nodes) trai
 coefficients are the exact integrals of the piecewise-linear interpolant over each patch (RCB:
 the triangles cut along the partition's planes; METIS: whole triangles by their vertices'
 majority), in frames about the exact patch centroids; their ``coef@*`` columns swap in the P1
-coefficients of the training and fine meshes.
+coefficients of the training and fine meshes. ``P4p1s`` is ``P4p1`` with ``scores="p1"`` as well: the
+attention scores are the exact integrals of the products of the piecewise-linear interpolants over
+each patch's region (its consistent mass matrix, :mod:`geoattn.nn.patch_mass`) instead of the
+quadrature over its nodes.
 """
 
 from __future__ import annotations
@@ -186,8 +189,9 @@ def main(argv=None):
     parser.add_argument("--width", type=int, default=32)
     parser.add_argument("--quick", action="store_true", help="the base variant only")
     parser.add_argument("--variants", nargs="*", default=None,
-                        help="names among: base modes0 modes1 P4 P4m1 metis p1 p1metis P4p1 (p1: the lift's "
-                             "patch coefficients exact on the P1 interpolant, quadrature='p1')")
+                        help="names among: base modes0 modes1 P4 P4m1 metis p1 p1metis P4p1 P4p1s (p1: the "
+                             "lift's patch coefficients exact on the P1 interpolant, quadrature='p1'; s: the "
+                             "attention scores too, scores='p1')")
     add_docs_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -207,7 +211,8 @@ def main(argv=None):
                 "metis": dict(num_patches=16, modes=2, partition_method="metis"),
                 "p1": dict(num_patches=16, modes=2, quadrature="p1"),
                 "p1metis": dict(num_patches=16, modes=2, partition_method="metis", quadrature="p1"),
-                "P4p1": dict(num_patches=4, modes=2, quadrature="p1")}
+                "P4p1": dict(num_patches=4, modes=2, quadrature="p1"),
+                "P4p1s": dict(num_patches=4, modes=2, quadrature="p1", scores="p1")}
     chosen = ["base"] if args.quick else (args.variants or list(variants))
     rows = []
     for name in chosen:

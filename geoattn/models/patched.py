@@ -37,9 +37,10 @@ from torch import nn
 from ..errors import ConfigError, UnsupportedCellError
 from ..mesh.mesh import Mesh
 from ..mesh.partition import Partition, partition as make_partition
-from ..nn.patch_attention import (P1PatchGeometry, PatchAttention, PatchGeometry, cell_pieces, clipped_pieces,
-                                  concat_geometry, concat_p1_geometry, majority_patch, p1_patch_geometry,
-                                  patch_coefficients, patch_evaluate, patch_geometry)
+from ..nn.patch_attention import (P1PatchGeometry, PatchAttention, PatchGeometry, PatchPieces, cell_pieces,
+                                  clipped_pieces, concat_geometry, concat_p1_geometry, majority_patch,
+                                  p1_patch_geometry, patch_coefficients, patch_evaluate, patch_geometry)
+from ..nn.patch_mass import P1PatchMass, concat_p1_mass, p1_patch_mass
 from ..nn.patch_pairs import PatchPairs, concat_pairs, patch_pairs
 from ..nn.spectral import (PatchSpectralIntegral, SpectralIntegral, SpectralSmoothing, _uses_nufft, _zero_index,
                            resolved_modes)
@@ -64,7 +65,9 @@ class PatchIndex(NamedTuple):
     - ``unit``: the coordinates and weights in units of the patch length, ``pos / L`` and
       ``weight / L^d`` (default ``None``: computed by :class:`PatchMixer`);
     - ``p1``: the :class:`~geoattn.nn.patch_attention.P1PatchGeometry` of the mesh's triangles in
-      units of the patch length, for a patch lift with ``quadrature="p1"`` (default ``None``).
+      units of the patch length, for a patch lift with ``quadrature="p1"`` (default ``None``);
+    - ``p1_mass``: the :class:`~geoattn.nn.patch_mass.P1PatchMass` of the same pieces in units of
+      the patch length, for attention with ``scores="p1"`` (default ``None``).
     """
 
     patch: torch.Tensor
@@ -74,6 +77,7 @@ class PatchIndex(NamedTuple):
     geometry: PatchGeometry | None = None
     unit: tuple[torch.Tensor, torch.Tensor] | None = None
     p1: P1PatchGeometry | None = None
+    p1_mass: P1PatchMass | None = None
 
 
 class PatchMixer(nn.Module):
@@ -88,10 +92,13 @@ class PatchMixer(nn.Module):
 
     Args:
         layer: the patch layer.
-        quadrature: how a :class:`~geoattn.nn.PatchSpectralIntegral` computes its patch
-            coefficients: ``"nodal"`` (default, the nodes' quadrature in each patch) or ``"p1"``
-            (exact on the piecewise-linear interpolant over the patch's pieces of triangles, from
-            ``patches.p1``; see :func:`~geoattn.nn.patch_attention.p1_patch_geometry`).
+        quadrature: how the layer integrates over a patch: ``"nodal"`` (default, the nodes'
+            quadrature in each patch) or ``"p1"`` (exact on the piecewise-linear interpolant over
+            the patch's pieces of triangles): a :class:`~geoattn.nn.PatchSpectralIntegral`'s patch
+            coefficients from ``patches.p1`` (see
+            :func:`~geoattn.nn.patch_attention.p1_patch_geometry`), a
+            :class:`~geoattn.nn.PatchAttention`'s scores (pointwise :math:`Q, K`, self-attention)
+            with the mass matrices ``patches.p1_mass`` (see :mod:`geoattn.nn.patch_mass`).
 
     Shapes:
         - ``x [N, C]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional) and the keywords
@@ -105,8 +112,10 @@ class PatchMixer(nn.Module):
         super().__init__()
         if quadrature not in ("nodal", "p1"):
             raise ConfigError(f"quadrature must be 'nodal' or 'p1', got {quadrature!r}")
-        if quadrature == "p1" and not isinstance(layer, PatchSpectralIntegral):
-            raise ConfigError("quadrature='p1' is for a PatchSpectralIntegral (the ViT-NO lift)")
+        if quadrature == "p1" and not (isinstance(layer, PatchSpectralIntegral)
+                                       or isinstance(layer, PatchAttention) and not layer.spectral_qkv):
+            raise ConfigError("quadrature='p1' is for a PatchSpectralIntegral (the ViT-NO lift) or a "
+                              "PatchAttention with pointwise Q, K (ViT-NO's scores)")
         self.layer, self.quadrature = layer, quadrature
         index = getattr(layer, "mode_index", None)
         self._zero = _zero_index(index) if index is not None else None  # once: torch.equal syncs
@@ -118,7 +127,13 @@ class PatchMixer(nn.Module):
                 patches_query: PatchIndex | None = None, layout_query=None) -> torch.Tensor:
         pos, weight = patches.unit if patches.unit is not None else _unit_length(pos, weight, patches)
         layer, geometry = self.layer, patches.geometry
-        if self.quadrature == "p1":
+        p1_mass = None
+        if self.quadrature == "p1" and isinstance(layer, PatchAttention):
+            if x_query is not None or patches.p1_mass is None:
+                raise ValueError("PatchMixer(PatchAttention, quadrature='p1') needs patches.p1_mass (the model's "
+                                 "patch index of a triangle mesh) and no query side")
+            p1_mass = patches.p1_mass
+        elif self.quadrature == "p1":
             if x_query is not None or patches.p1 is None:
                 raise ValueError("PatchMixer(quadrature='p1') needs patches.p1 (the model's patch index of a "
                                  "triangle mesh) and no query side")
@@ -132,7 +147,7 @@ class PatchMixer(nn.Module):
             return patch_evaluate(coeff, geometry, layer.mode_index, self._zero)
         kwargs = dict(patch=patches.patch, num_patches=patches.num_patches)
         if isinstance(layer, PatchAttention):
-            kwargs.update(pairs=(patches_query or patches).pairs, geometry=geometry, layout=layout)
+            kwargs.update(pairs=(patches_query or patches).pairs, geometry=geometry, layout=layout, p1_mass=p1_mass)
         if x_query is not None:
             if patches_query.unit is not None:
                 pos_query, weight_query = patches_query.unit
@@ -192,15 +207,21 @@ class PatchedOperator(EncoderOperator):
                  depth: int = 3, num_heads: int = 4, ff_mult: int = 2, num_patches: int = 16,
                  modes: int = 4, partition_method: str = "rcb", final_modes: int | None = None,
                  decoder: str = "pointwise", smoothing_eps: float | None = None,
-                 coordinate_features: dict | None = None, quadrature: str = "nodal"):
+                 coordinate_features: dict | None = None, quadrature: str = "nodal", scores: str = "nodal"):
         super().__init__()
         if quadrature not in ("nodal", "p1"):
             raise ConfigError(f"quadrature must be 'nodal' or 'p1', got {quadrature!r}")
+        if scores not in ("nodal", "p1"):
+            raise ConfigError(f"scores must be 'nodal' or 'p1', got {scores!r}")
+        if scores == "p1" and self.spectral_qkv:
+            raise ConfigError(f"scores='p1' applies to pointwise Q, K (ViT-NO); {type(self).__name__}'s are spectral")
+        if scores == "p1" and dim != 2:
+            raise ConfigError(f"scores='p1' integrates over triangles: dim must be 2, got {dim}")
         if quadrature == "p1" and not self.spectral_lift:
             raise ConfigError(f"quadrature='p1' applies to the patch lift of ViT-NO; {type(self).__name__} has none")
         if quadrature == "p1" and dim != 2:
             raise ConfigError(f"quadrature='p1' integrates over triangles: dim must be 2, got {dim}")
-        self.quadrature = quadrature
+        self.quadrature, self.scores = quadrature, scores
         if partition_method not in ("rcb", "metis"):
             raise ValueError(f"partition_method must be 'rcb' or 'metis', got {partition_method!r}")
         if num_patches < 1:
@@ -222,12 +243,12 @@ class PatchedOperator(EncoderOperator):
             self.lift_local = nn.Linear(self.inputs.out_features, width)
         else:
             self.lift = PointwiseMLP(self.inputs.out_features, width, width)
-        def attention() -> PatchMixer:
+        def attention(scores: str = "nodal") -> PatchMixer:
             return PatchMixer(PatchAttention(width, num_heads=num_heads, modes=modes, dim=dim,
-                                             spectral_qkv=self.spectral_qkv))
+                                             spectral_qkv=self.spectral_qkv), scores)
 
-        self.blocks = nn.ModuleList(EncoderBlock(attention(), width, ff_mult) for _ in range(depth))
-        if decoder == "cross":
+        self.blocks = nn.ModuleList(EncoderBlock(attention(scores), width, ff_mult) for _ in range(depth))
+        if decoder == "cross":  # the query mesh has no pieces of its own: nodal scores
             self.build_cross_decoder(attention(), width, dim)
         self.project = PointwiseMLP(width, 2 * width, out_channels)
         self.final = self.smoothing = None
@@ -316,6 +337,8 @@ class PatchedOperator(EncoderOperator):
         key = ("patch_index",) + self._partition_key() + (() if own else (source,))
         if own and self.quadrature == "p1":
             key += ("p1", tuple(self.lift.layer.mode_index.flatten().tolist()))
+        if own and self.scores == "p1":
+            key += ("p1_scores",)
         return mesh.cached(key, lambda: self._build_patch_index(mesh, source))
 
     @torch.compiler.disable  # host work (partitions, stencils): run eagerly, once per mesh
@@ -328,13 +351,16 @@ class PatchedOperator(EncoderOperator):
         if len(graphs) == 1:
             return graphs[0]
         cat = lambda name: torch.cat([getattr(g, name) for g in graphs])  # noqa: E731
-        p1 = None
+        p1 = p1_mass = None
         if all(g.p1 is not None for g in graphs):
             p1 = concat_p1_geometry([g.p1 for g in graphs], mesh.layout.counts)
+        if all(g.p1_mass is not None for g in graphs):
+            p1_mass = concat_p1_mass([g.p1_mass for g in graphs], mesh.layout.counts)
         return PatchIndex(cat("patch"), cat("length"), num_patches.pop(),
                           concat_pairs([g.pairs for g in graphs], source.layout.counts),
                           concat_geometry([g.geometry for g in graphs]),
-                          (torch.cat([g.unit[0] for g in graphs]), torch.cat([g.unit[1] for g in graphs])), p1)
+                          (torch.cat([g.unit[0] for g in graphs]), torch.cat([g.unit[1] for g in graphs])), p1,
+                          p1_mass)
 
     def _graph_index(self, mesh: Mesh, source: Mesh, part: Partition) -> PatchIndex:
         """The :class:`PatchIndex` of one graph ``mesh`` in the patches of ``part`` (kept in its
@@ -359,33 +385,44 @@ class PatchedOperator(EncoderOperator):
                                num_patches_query=index.num_patches)
 
         index = index._replace(pairs=mesh.cached(("patch_pairs",) + key + (() if own else (source,)), pairs))
+        pieces = lambda: mesh.cached(("patch_pieces",) + key, lambda: self._pieces(mesh, part, index))  # noqa: E731
         if own and self.quadrature == "p1":
             modes = self.lift.layer.mode_index
             index = index._replace(p1=mesh.cached(("patch_p1",) + key + (tuple(modes.flatten().tolist()),),
-                                                  lambda: self._p1_geometry(mesh, part, index)))
+                                                  lambda: self._p1_geometry(mesh, index, pieces())))
+        if own and self.scores == "p1":
+            index = index._replace(p1_mass=mesh.cached(("patch_p1_mass",) + key,
+                                                       lambda: self._p1_mass(mesh, index, pieces())))
         return index
 
-    def _p1_geometry(self, mesh: Mesh, part: Partition, index: PatchIndex) -> P1PatchGeometry:
-        """The exact P1 patch structure of one graph (``quadrature="p1"``): with an RCB partition
-        the triangles are cut along its planes, so every patch is the same region on every mesh;
-        otherwise every triangle goes whole to the patch of most of its vertices."""
+    def _pieces(self, mesh: Mesh, part: Partition, index: PatchIndex) -> PatchPieces:
+        """How the triangles of one graph are cut among its patches (``quadrature="p1"``,
+        ``scores="p1"``): with an RCB partition the triangles are cut along its planes, so every
+        patch is the same region on every mesh; otherwise every triangle goes whole to the patch of
+        most of its vertices."""
         cells = mesh.cells
         if cells is None:
-            raise ValueError(f"{type(self).__name__}(quadrature='p1') integrates over the mesh's triangles, "
-                             "and this mesh has no cells: pass a Mesh with cells, e.g. Mesh.from_meshio(m) "
+            raise ValueError(f"{type(self).__name__} with quadrature='p1' or scores='p1' integrates over the mesh's "
+                             "triangles, and this mesh has no cells: pass a Mesh with cells, e.g. Mesh.from_meshio(m) "
                              "or Mesh.from_sample(data) of a sample with cells")
         if cells.shape[1] != 3:
-            raise UnsupportedCellError(f"{type(self).__name__}(quadrature='p1') needs triangle meshes, got "
-                                       f"cells of {cells.shape[1]} nodes")
-        pos, weight = index.unit
+            raise UnsupportedCellError(f"{type(self).__name__} with quadrature='p1' or scores='p1' needs triangle "
+                                       f"meshes, got cells of {cells.shape[1]} nodes")
         tree = getattr(part, "_tree", None)
         if tree is not None:
-            pieces = clipped_pieces(mesh.pos, cells, index.patch, tree)
-        else:
-            pieces = cell_pieces(cells, majority_patch(cells, index.patch))
+            return clipped_pieces(mesh.pos, cells, index.patch, tree)
+        return cell_pieces(cells, majority_patch(cells, index.patch))
+
+    def _p1_geometry(self, mesh: Mesh, index: PatchIndex, pieces: PatchPieces) -> P1PatchGeometry:
+        """The exact P1 patch lift structure of one graph (``quadrature="p1"``)."""
         with torch.no_grad():
-            return p1_patch_geometry(pos, weight, cells, index.patch, index.num_patches, pieces,
+            return p1_patch_geometry(*index.unit, mesh.cells, index.patch, index.num_patches, pieces,
                                      self.lift.layer.mode_index)
+
+    def _p1_mass(self, mesh: Mesh, index: PatchIndex, pieces: PatchPieces) -> P1PatchMass:
+        """The patches' mass matrices of one graph, in units of the patch length (``scores="p1"``)."""
+        with torch.no_grad():
+            return p1_patch_mass(*index.unit, mesh.cells, index.patch, index.num_patches, pieces)
 
     def check_resolution(self, index: PatchIndex) -> bool:
         """Whether every non-empty patch of ``index`` resolves the model's modes
@@ -480,6 +517,12 @@ _ARGS = r"""
             piecewise-linear interpolant integrated exactly over each patch, with an RCB partition
             cut along its planes, see :func:`~geoattn.nn.patch_attention.p1_patch_geometry`).
             FANO takes ``"nodal"`` only.
+        scores: how ViT-NO's attention scores integrate over a patch: ``"nodal"`` (default, the
+            nodes' weights in each patch) or ``"p1"`` (2-D triangle meshes: the exact integrals of
+            the piecewise-linear interpolants over each patch's region, with the consistent mass
+            matrices of its pieces as for ``quadrature="p1"``, see
+            :mod:`geoattn.nn.patch_mass`; the cross decoder's scores stay nodal). FANO takes
+            ``"nodal"`` only.
 
     Shapes:
         - input: ``x [N, C_in]`` on the nodes of ``mesh`` (a :class:`~geoattn.mesh.Mesh`, one

@@ -17,13 +17,14 @@ from ..errors import UnsupportedCellError
 
 from .functional import segment_matmul, weighted_gram
 from .p1_fourier import p1_triangle_weights
+from .patch_mass import P1PatchMass, mass_product
 from .patch_pairs import PatchPairs, pair_mix, pair_scores, patch_pairs
 from .spectral import (FourierFrame, ModeLinear, _cos_sin, _uses_nufft, _zero_index, fourier_coefficients,
                        fourier_evaluate, fourier_modes, patch_frame)
 
 __all__ = ["P1PatchGeometry", "PatchAttention", "PatchGeometry", "PatchPieces", "cell_pieces", "clipped_pieces",
            "concat_geometry", "concat_p1_geometry", "majority_patch", "p1_patch_geometry", "patch_coefficients",
-           "patch_evaluate", "patch_geometry"]
+           "patch_evaluate", "patch_geometry", "piece_corners", "region_centroids"]
 
 
 class PatchGeometry(NamedTuple):
@@ -163,6 +164,27 @@ def clipped_pieces(pos: torch.Tensor, cells: torch.Tensor, patch: torch.Tensor, 
                        torch.from_numpy(np.ascontiguousarray(np.concatenate(out_bary))).double())
 
 
+def piece_corners(pos: torch.Tensor, cells: torch.Tensor, pieces: PatchPieces) -> tuple[torch.Tensor, torch.Tensor]:
+    """The vertices ``[K, 3, 2]`` and areas ``[K]`` of the ``pieces`` of the triangles ``cells`` of
+    the nodes ``pos [N, 2]`` (float64, on the CPU)."""
+    parent = pos.detach().cpu().double()[cells.long().cpu()[pieces.cell]]  # (K, 3, 2)
+    corner = pieces.bary @ parent  # (K, 3, 2): the pieces' vertices
+    e1, e2 = corner[:, 1] - corner[:, 0], corner[:, 2] - corner[:, 0]
+    return corner, 0.5 * (e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0]).abs()
+
+
+def region_centroids(corner: torch.Tensor, area: torch.Tensor, pieces: PatchPieces, pos: torch.Tensor,
+                     weight: torch.Tensor, patch: torch.Tensor, num_patches: int) -> torch.Tensor:
+    r"""The centroids :math:`c_p = |D_p|^{-1} \int_{D_p} x\,dx` ``[P, 2]`` (float64, CPU) of the
+    regions :math:`D_p` the pieces of every patch cover (from :func:`piece_corners`); a patch
+    without pieces takes the weighted centroid of its nodes (``pos``, ``weight``, ``patch [N]``)."""
+    mass = torch.zeros(num_patches, dtype=torch.float64).index_add_(0, pieces.patch, area)
+    moment = torch.zeros(num_patches, 2, dtype=torch.float64).index_add_(
+        0, pieces.patch, area[:, None] * corner.mean(1))  # quadrature-ok: a piece's centroid, over its 3 vertices
+    nodal = patch_centroids(pos.detach().cpu().double(), weight.detach().cpu().double(), patch.cpu(), num_patches)
+    return torch.where((mass > 0)[:, None], moment / mass.clamp(min=1e-300)[:, None], nodal)
+
+
 class P1PatchGeometry(NamedTuple):
     r"""What the exact (P1) patch transforms need, once per mesh, partition and modes
     (:func:`p1_patch_geometry`):
@@ -214,18 +236,10 @@ def p1_patch_geometry(pos: torch.Tensor, weight: torch.Tensor, cells: torch.Tens
     if zero is None:
         raise ValueError("p1_patch_geometry needs the symmetric modes of fourier_modes")
     used = modes[zero:].cpu()
-    p64 = pos.detach().cpu().double()
     cells = cells.long().cpu()
-    parent = p64[cells[pieces.cell]]  # (K, 3, 2)
-    corner = pieces.bary @ parent  # (K, 3, 2): the pieces' vertices
-    e1, e2 = corner[:, 1] - corner[:, 0], corner[:, 2] - corner[:, 0]
-    area = 0.5 * (e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0]).abs()  # (K,)
-    mass = torch.zeros(num_patches, dtype=torch.float64).index_add_(0, pieces.patch, area)
-    moment = torch.zeros(num_patches, 2, dtype=torch.float64).index_add_(
-        0, pieces.patch, area[:, None] * corner.mean(1))  # quadrature-ok: a piece's centroid, over its 3 vertices
+    corner, area = piece_corners(pos, cells, pieces)
     nodal = patch_geometry(pos, weight, patch, num_patches, patch_length=patch_length)
-    nodal_centroid = patch_centroids(p64, weight.detach().cpu().double(), patch.cpu(), num_patches)
-    centroid = torch.where((mass > 0)[:, None], moment / mass.clamp(min=1e-300)[:, None], nodal_centroid)
+    centroid = region_centroids(corner, area, pieces, pos, weight, patch, num_patches)
     # the pieces' integrals of the parent's hats in their patch's frame
     xi_piece = (corner - centroid[pieces.patch][:, None, :]) / patch_length
     lam = p1_triangle_weights(corner, xi_piece, used)  # (K, 3, M_h): int lambda'_j e^{+}
@@ -397,6 +411,12 @@ class PatchAttention(nn.Module):
           device; ``layout`` and ``layout_query``, the batch :class:`~geoattn.mesh.Layout` of
           each side, for the stencils made here when ``pairs`` is not given. The output is the
           same with or without them.
+        - **p1_mass** (optional, pointwise :math:`Q, K, V` and self-attention only): the
+          :class:`~geoattn.nn.patch_mass.P1PatchMass` of the nodes (coordinates ``pos``, patches
+          ``patch``); given, the scores are the exact integrals of the piecewise-linear
+          interpolants over the patches' regions, :math:`s_{pq} = \tau L^{-d} q_p^\top M_p \tilde k_q`
+          (:mod:`geoattn.nn.patch_mass`), in place of the nodes' quadrature; the values are
+          moved as without it.
         - **output:** ``[N, C]``, or ``[Nq, C]`` with a query side.
     """
 
@@ -448,9 +468,11 @@ class PatchAttention(nn.Module):
                 weight_query: torch.Tensor | None = None, patch_query: torch.Tensor | None = None,
                 batch_query: torch.Tensor | None = None,
                 num_patches_query: int | None = None, geometry_query: PatchGeometry | None = None,
-                layout=None, layout_query=None) -> torch.Tensor:
+                layout=None, layout_query=None, p1_mass: P1PatchMass | None = None) -> torch.Tensor:
         p = num_patches if num_patches is not None else int(patch.max()) + 1
         cross = x_query is not None
+        if p1_mass is not None and self.spectral_qkv:
+            raise ValueError("p1_mass (the P1 scores) is for pointwise Q, K (spectral_qkv=False)")
         if not cross:
             if any(t is not None for t in (pos_query, weight_query, patch_query, batch_query,
                                            num_patches_query)):
@@ -493,6 +515,11 @@ class PatchAttention(nn.Module):
             if coeff_q.shape[0] != coeff.shape[0]:
                 raise ValueError(f"query has {coeff_q.shape[0]} graphs, source {coeff.shape[0]}")
             score = self._scores(coeff_q, coeff).flatten(0, 1)  # (B*P_q, P_s, H)
+        elif p1_mass is not None:  # exact for P1: the consistent mass matrices in place of the weights
+            if cross:
+                raise ValueError("p1_mass (the P1 scores) is for self-attention: no query side")
+            qm = mass_product(self.q(x), p1_mass) / float(patch_length) ** pos.shape[1]
+            score = pair_scores(qm, self.k(x), p1_mass.pairs, h)  # (B*P, P, H)
         else:
             w = (weight_query / float(patch_length) ** pos.shape[1]).unsqueeze(-1)
             score = pair_scores(w * self.q(x_query), self.k(x), pairs, h)  # (B*P_q, P_s, H)

@@ -70,7 +70,8 @@ def patch_pairs(pos: torch.Tensor, weight: torch.Tensor, patch: torch.Tensor, nu
                 weight_query: torch.Tensor | None = None, patch_query: torch.Tensor | None = None,
                 num_patches_query: int | None = None,
                 batch_query: torch.Tensor | None = None, layout=None,
-                layout_query=None) -> PatchPairs:
+                layout_query=None, centroid: torch.Tensor | None = None,
+                centroid_query: torch.Tensor | None = None) -> PatchPairs:
     """The :class:`PatchPairs` of a mesh with itself, or of a query mesh with a source mesh.
 
     Args:
@@ -83,6 +84,9 @@ def patch_pairs(pos: torch.Tensor, weight: torch.Tensor, patch: torch.Tensor, nu
         layout, layout_query: the batch layouts (:class:`~geoattn.mesh.Layout`) of the source and
             query meshes (default ``None``: read from the batch vectors; given, the graphs are
             sliced without reading the device).
+        centroid, centroid_query: the patch centres :math:`c_q` of the source and :math:`c_p` of
+            the query side ``[B * P, d]`` (default ``None``: the weighted centroids of each side's
+            nodes; given, e.g. the centroids of the exact patch regions, the weights are not used).
 
     Returns:
         the stencils of every query node and source patch.
@@ -90,6 +94,7 @@ def patch_pairs(pos: torch.Tensor, weight: torch.Tensor, patch: torch.Tensor, nu
     if pos_query is None:
         pos_query, weight_query, patch_query, batch_query = pos, weight, patch, batch
         num_patches_query, layout_query = num_patches, layout
+        centroid_query = centroid if centroid_query is None else centroid_query
     num_patches_query = num_patches_query or num_patches
     if layout is not None and layout_query is not None:
         b = max(layout.num_graphs, layout_query.num_graphs)
@@ -97,8 +102,12 @@ def patch_pairs(pos: torch.Tensor, weight: torch.Tensor, patch: torch.Tensor, nu
         b = num_graphs(batch, batch_query)
     seg = patch if batch is None else batch * num_patches + patch
     seg_query = patch_query if batch_query is None else batch_query * num_patches_query + patch_query
-    centre = patch_centroids(pos, weight, seg, b * num_patches).view(b, num_patches, -1)
-    centre_query = patch_centroids(pos_query, weight_query, seg_query, b * num_patches_query)
+    if centroid is None:
+        centroid = patch_centroids(pos, weight, seg, b * num_patches)
+    centre = centroid.to(pos.device, pos.dtype).view(b, num_patches, -1)
+    if centroid_query is None:
+        centroid_query = patch_centroids(pos_query, weight_query, seg_query, b * num_patches_query)
+    centre_query = centroid_query.to(pos_query.device, pos_query.dtype)
     k = pos.shape[1] + 1
     index = torch.zeros(len(pos_query), num_patches, k, dtype=torch.long, device=pos.device)
     coeff = torch.zeros(len(pos_query), num_patches, k, dtype=pos.dtype, device=pos.device)

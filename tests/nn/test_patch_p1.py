@@ -13,6 +13,7 @@ from geoattn.models import ViTNO
 from geoattn.nn.patch_attention import (cell_pieces, clipped_pieces, majority_patch, p1_patch_geometry,
                                         patch_coefficients)
 from geoattn.nn.spectral import _zero_index, fourier_modes
+from triangles import locate
 
 
 def _mesh(n=8, kind="irregular", seed=0, refine=0):
@@ -34,20 +35,6 @@ def _collapsed_gauss(n):
     return np.stack([1 - s - t, s, t], 1), weight
 
 
-def _locate(pos, cells, points):
-    """Barycentric coordinates ``[M, 3]`` and cell ``[M]`` of ``points`` in the triangles."""
-    corner = pos[cells]  # (T, 3, 2)
-    a, b, c = corner[:, 0], corner[:, 1], corner[:, 2]
-    det = (b[:, 0] - a[:, 0]) * (c[:, 1] - a[:, 1]) - (c[:, 0] - a[:, 0]) * (b[:, 1] - a[:, 1])
-    d = points[:, None, :] - a[None]  # (M, T, 2)
-    l1 = (d[..., 0] * (c[:, 1] - a[:, 1]) - d[..., 1] * (c[:, 0] - a[:, 0])) / det
-    l2 = ((b[:, 0] - a[:, 0]) * d[..., 1] - (b[:, 1] - a[:, 1]) * d[..., 0]) / det
-    lam = np.stack([1 - l1 - l2, l1, l2], -1)  # (M, T, 3)
-    cell = np.argmax(lam.min(-1), 1)
-    assert (lam[np.arange(len(points)), cell].min(-1) > -1e-9).all()
-    return lam[np.arange(len(points)), cell], cell
-
-
 def _brute_force(pos, cells, u, pieces, centroid, modes, num_patches, order=16):
     """sum over the pieces of patch p of int u_h(x) exp(-2 pi i m.(x - c_p)) dx by a collapsed
     Gauss rule of ``order``^2 points on each piece, u_h evaluated by locating the points in the
@@ -61,7 +48,7 @@ def _brute_force(pos, cells, u, pieces, centroid, modes, num_patches, order=16):
         e1, e2 = corner[k, 1] - corner[k, 0], corner[k, 2] - corner[k, 0]
         area = 0.5 * abs(e1[0] * e2[1] - e1[1] * e2[0])
         pts = bary @ corner[k]  # (Q, 2)
-        lam, cell = _locate(pos, cells, pts)
+        lam, cell = locate(pos, cells, pts)
         uh = np.einsum("qa,qac->qc", lam, u[cells[cell]])  # (Q, C)
         p = int(pieces.patch[k])
         phase = np.exp(-2j * math.pi * (pts - centroid[p]) @ modes.T.astype(float))  # (Q, M)
@@ -124,7 +111,7 @@ def _boxes(tree, lo, hi, out):
 
 def _refined_values(coarse, fine, u):
     """u_h of the coarse mesh at the fine mesh's nodes (exactly, by locating them)."""
-    lam, cell = _locate(coarse.pos.numpy(), coarse.cells.numpy(), fine.pos.numpy())
+    lam, cell = locate(coarse.pos.numpy(), coarse.cells.numpy(), fine.pos.numpy())
     return torch.from_numpy(np.einsum("na,nac->nc", lam, u.numpy()[coarse.cells.numpy()[cell]]))
 
 
