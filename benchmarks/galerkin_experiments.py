@@ -759,7 +759,7 @@ def main(argv: list[str] | None = None) -> dict:
                  "seed": args.seed, "model_options": options, "device": str(device), "machine": machine,
                  "seconds": total,
                  "load_start": load_start, "load_end": load, "rows": results["rows"],
-                 "target_met": met, "data_seconds": results["data_seconds"], "floors": results["floors"]}
+                 "target_met": met, "data_seconds": results["data_seconds"], "floors": results.get("floors", {})}
         (args.out / "results.json").write_text(json.dumps(plain, indent=1))
     if args.docs:
         title = {"burgers": "Burgers 1-D, Galerkin and Fourier transformers",
