@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 import torch
 
-from .patch_pairs import PatchPairs, concat_pairs, patch_pairs
+from .patch_pairs import PatchPairs, concat_pairs, patch_pairs, shifted_cat
 
 if TYPE_CHECKING:
     from .patch_attention import PatchPieces
@@ -97,13 +97,8 @@ def concat_p1_mass(parts: Sequence[P1PatchMass], num_nodes: Sequence[int]) -> P1
     each), without reading the device."""
     if len(parts) == 1:
         return parts[0]
-    row, col, offset, rows = [], [], 0, 0
-    for part, count in zip(parts, num_nodes):
-        row.append(part.row + rows)
-        col.append(part.col + offset)
-        offset += count
-        rows += len(part.pairs.segment)
-    return P1PatchMass(torch.cat(row), torch.cat(col), torch.cat([p.value for p in parts]),
+    return P1PatchMass(shifted_cat([p.row for p in parts], [len(p.pairs.segment) for p in parts]),
+                       shifted_cat([p.col for p in parts], num_nodes), torch.cat([p.value for p in parts]),
                        concat_pairs([p.pairs for p in parts], num_nodes))
 
 

@@ -140,13 +140,19 @@ def concat_pairs(parts: list[PatchPairs], source_counts) -> PatchPairs:
     Equals :func:`patch_pairs` of the batch, without reading the device."""
     if len(parts) == 1:
         return parts[0]
-    index, segment, offset, seg_offset = [], [], 0, 0
-    for part, count in zip(parts, source_counts):
-        index.append(part.index + offset)
-        segment.append(part.segment + seg_offset)
-        offset += count
-        seg_offset += part.num_segments
-    return PatchPairs(torch.cat(index), torch.cat([p.coeff for p in parts]), torch.cat(segment), seg_offset)
+    segments = [p.num_segments for p in parts]
+    return PatchPairs(shifted_cat([p.index for p in parts], source_counts), torch.cat([p.coeff for p in parts]),
+                      shifted_cat([p.segment for p in parts], segments), sum(segments))
+
+
+def shifted_cat(indices, sizes) -> torch.Tensor:
+    """The index tensors of the graphs of a batch as one: ``indices[g] + sum(sizes[:g])``
+    concatenated (``sizes[g]``: the length of what graph ``g``'s indices point into)."""
+    out, offset = [], 0
+    for index, size in zip(indices, sizes):
+        out.append(index + offset)
+        offset += size
+    return torch.cat(out)
 
 
 def _same(last: tuple, now: tuple) -> bool:

@@ -47,14 +47,17 @@ def test_p1_lift_differs_from_nodal_and_has_gradients():
     assert all(p.grad is not None for p in p1.lift.layer.parameters())
 
 
-def test_p1_quadrature_refusals():
+@pytest.mark.parametrize("keyword", ["quadrature", "scores"])
+def test_p1_refusals(keyword):
+    """The exact lift (``quadrature``) and scores (``scores``) are ViT-NO's, in 2-D, on meshes
+    with cells."""
     with pytest.raises(ConfigError):
-        build_model("fano", in_channels=1, out_channels=1, quadrature="p1")
+        build_model("fano", in_channels=1, out_channels=1, **{keyword: "p1"})
     with pytest.raises(ConfigError):
-        ViTNO(1, 1, quadrature="exact")
+        ViTNO(1, 1, **{keyword: "exact"})
     with pytest.raises(ConfigError):
-        ViTNO(1, 1, dim=3, quadrature="p1")
+        ViTNO(1, 1, dim=3, **{keyword: "p1"})
     d = _data()[0]
-    model = ViTNO(2, 1, width=8, depth=1, num_heads=2, num_patches=4, modes=1, quadrature="p1").double()
+    model = ViTNO(2, 1, width=8, depth=1, num_heads=2, num_patches=4, modes=1, **{keyword: "p1"}).double()
     with pytest.raises(ValueError, match="no cells"):
         model(d.x, Mesh(d.pos, d.weight))

@@ -6,11 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from geoattn.errors import ConfigError
 from geoattn.mesh import Mesh, families, from_meshio
 from geoattn.mesh.interpolation import linear_interpolation
 from geoattn.mesh.partition import Partition, _Cut, partition
-from geoattn.models import ViTNO, build_model
+from geoattn.models import ViTNO
 from geoattn.nn.patch_attention import cell_pieces, clipped_pieces, majority_patch
 from geoattn.nn.patch_mass import mass_product, p1_patch_mass
 from geoattn.nn.patch_pairs import pair_scores
@@ -157,16 +156,3 @@ def test_vit_p1_scores_forward_backward_batched():
     model.eval()
     with torch.no_grad():
         assert_batched_equals_separate(model, data, atol=1e-10)
-
-
-def test_p1_scores_refusals():
-    with pytest.raises(ConfigError):
-        build_model("fano", in_channels=1, out_channels=1, scores="p1")
-    with pytest.raises(ConfigError):
-        ViTNO(1, 1, scores="exact")
-    with pytest.raises(ConfigError):
-        ViTNO(1, 1, dim=3, scores="p1")
-    d = _mesh(4)
-    model = ViTNO(2, 1, width=8, depth=1, num_heads=2, num_patches=4, modes=1, scores="p1").double()
-    with pytest.raises(ValueError, match="no cells"):
-        model(torch.zeros(len(d.pos), 2, dtype=torch.float64), Mesh(d.pos, d.weight))
