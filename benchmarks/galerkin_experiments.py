@@ -110,10 +110,27 @@ class BurgersScale:
     # the model's coordinates: "circle" (x -> (cos 2 pi x, sin 2 pi x), dim 2; on_circle) or
     # "interval" (x in [0, 1), dim 1, as Cao; a spectral decoder then declares the period 1)
     coordinates: str = "circle"
+    # Cao's training recipe: h1_gamma > 0 adds his H1-seminorm penalty (CaoH1Penalty) to the loss,
+    # schedule "cao" is his one-cycle shape (CAO_SCHEDULE; "pytorch": PyTorch's defaults), and
+    # fourier_init_gain the Xavier gain of FT's projections (None: the library's 1e-2, as GT)
+    h1_gamma: float = 0.0
+    schedule: str = "pytorch"
+    fourier_init_gain: float | None = None
 
     @property
     def dim(self) -> int:
         return 2 if self.coordinates == "circle" else 1
+
+    def trainer_options(self) -> dict:
+        """The keywords of :class:`~geoattn.train.Trainer` this scale sets beyond the usual ones."""
+        options = {}
+        if self.h1_gamma:
+            options["regularizer"] = CaoH1Penalty(self.h1_gamma)
+        if self.schedule == "cao":
+            options["schedule"] = CAO_SCHEDULE
+        elif self.schedule != "pytorch":
+            raise ValueError(f"schedule must be 'pytorch' or 'cao', got {self.schedule!r}")
+        return options
 
     def model_options(self) -> dict:
         """The keywords of :class:`~geoattn.models.GalerkinTransformer` this scale sets."""
@@ -127,6 +144,38 @@ class BurgersScale:
     def coordinates_of(self, samples) -> list:
         """``samples`` with the model's coordinates."""
         return on_circle(samples) if self.coordinates == "circle" else list(samples)
+
+
+#: the training recipe's settings of BurgersScale at the library's values
+RECIPE_DEFAULTS = {"h1_gamma": 0.0, "schedule": "pytorch", "fourier_init_gain": None}
+#: Cao's one-cycle shape (his Burgers runs): warm-up over the first 20 % of the steps from
+#: lr / 1e4, annealing to lr / 1e8
+CAO_SCHEDULE = {"pct_start": 0.2, "div_factor": 1e4, "final_div_factor": 1e4}
+
+
+class CaoH1Penalty:
+    r"""Cao's :math:`H^1`-seminorm regulariser of Burgers training (his eq. 2 with
+    :math:`\mathfrak G`, in the form of his code): per sample on a uniform periodic grid of
+    :math:`n` nodes, :math:`\sqrt{\gamma h\, \|D_h(\hat u - u)\|^2 / \|D_h u\|^2}` with
+    :math:`h = 1/n` and :math:`D_h` the periodic central difference. Cao differentiates the target
+    on his finest grid; here both derivatives are central differences on the training grid. Every
+    sample of a batch must have the same number of nodes, in order of :math:`x`."""
+
+    def __init__(self, gamma: float):
+        self.gamma = float(gamma)
+
+    def __call__(self, pred: torch.Tensor, batch) -> torch.Tensor:
+        b = batch.num_graphs
+        p, u = pred.reshape(b, -1), batch.y.reshape(b, -1)
+        n = p.shape[1]
+
+        def d(f):
+            return (f.roll(-1, 1) - f.roll(1, 1)) * (n / 2)
+
+        return (self.gamma / n * d(p - u).square().sum(1) / d(u).square().sum(1)).sqrt()
+
+    def __repr__(self) -> str:
+        return f"CaoH1Penalty(gamma={self.gamma:g})"
 
 
 @dataclass
@@ -294,13 +343,17 @@ def run_burgers(scale: BurgersScale, device: torch.device, seed: int = 0, show_p
         for short, attention in MODELS.items():
             if models is not None and short not in models:
                 continue
-            settings = {k: v for k, v in asdict(scale).items() if k != "resolutions"}
+            # the recipe's keys only where they differ from the library's (older run folders stay valid)
+            settings = {k: v for k, v in asdict(scale).items()
+                        if k != "resolutions" and not (k in RECIPE_DEFAULTS and v == RECIPE_DEFAULTS[k])}
             run = ModelRun(out, f"{short}-{n}", {**settings, "model": short, "n": n, "seed": seed,
                                                  "model_options": options})
             torch.manual_seed(seed)
             # the periodic interval enters as the unit circle (on_circle): periodic coordinates
+            gain = {"attention_options": {"init_gain": scale.fourier_init_gain}} \
+                if short == "FT" and scale.fourier_init_gain is not None else {}
             model = GalerkinTransformer(1, 1, dim=scale.dim, width=scale.width, depth=scale.depth,
-                                        num_heads=scale.num_heads, attention=attention, **options)
+                                        num_heads=scale.num_heads, attention=attention, **options, **gain)
             op = NormalizedOperator(model).to(device)
             row = run.result
             if row is not None:
@@ -308,7 +361,8 @@ def run_burgers(scale: BurgersScale, device: torch.device, seed: int = 0, show_p
                 log.info("burgers %s n=%d: finished in %s, skipped", short, n, run.folder)
             else:
                 history = run.fit(op, train, epochs=scale.epochs, batch_size=batch, lr=scale.lr,
-                                  weight_decay=scale.weight_decay, seed=seed, progress=show_progress)
+                                  weight_decay=scale.weight_decay, seed=seed, progress=show_progress,
+                                  **scale.trainer_options())
                 tic = time.perf_counter()
                 row = {"model": short, "n": n, "parameters": _parameters(op), "epochs": scale.epochs,
                        "train_seconds": float(sum(h["seconds"] for h in history)),
@@ -682,6 +736,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--prepare-data", action="store_true",
                         help="burgers: solve the samples into --data-cache and stop")
     parser.add_argument("--resolutions", type=int, nargs="+", help="burgers: override the scale's n")
+    parser.add_argument("--h1-gamma", type=float,
+                        help="burgers: Cao's H1-seminorm penalty gamma (0: none; default: the scale's)")
+    parser.add_argument("--schedule", choices=("pytorch", "cao"),
+                        help="burgers: one-cycle shape, PyTorch's defaults or Cao's (default: the scale's)")
+    parser.add_argument("--fourier-init-gain", type=float,
+                        help="burgers: Xavier gain of FT's projections (Cao: 1e-3; default: the scale's)")
     parser.add_argument("--models", nargs="+", choices=sorted(MODELS) + [REFERENCE],
                         help="burgers: train only these (default GT and FT; FNO: neuralop's FNO on the "
                              "uniform grid, the data's calibration against Cao's FNO1d row); one process "
@@ -717,6 +777,11 @@ def main(argv: list[str] | None = None) -> dict:
                                                   ("width", args.width)) if v is not None})
     if args.resolutions:
         scale = replace(scale, resolutions=tuple(args.resolutions))
+    recipe = {k: v for k, v in (("h1_gamma", args.h1_gamma), ("schedule", args.schedule),
+                                ("fourier_init_gain", args.fourier_init_gain)) if v is not None}
+    if recipe and args.experiment != "burgers":
+        parser.error(f"--{', --'.join(k.replace('_', '-') for k in recipe)}: burgers only")
+    scale = replace(scale, **recipe)
     device = torch.device(args.device)
     if args.prepare_data:
         if args.experiment != "burgers" or args.data_cache is None:

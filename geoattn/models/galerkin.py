@@ -192,6 +192,9 @@ class GalerkinTransformer(EncoderOperator, name="galerkin"):
         spectral: keywords of :class:`SpectralDecoder` for ``decoder="spectral"`` (``width``,
             ``modes``, ``depth`` and those of :class:`~geoattn.nn.SpectralIntegral`; default
             ``None``: its defaults).
+        attention_options: further keywords of every attention layer
+            (:class:`~geoattn.nn.GalerkinAttention` / :class:`~geoattn.nn.FourierAttention`), e.g.
+            ``{"init_gain": 1e-3}``, the Xavier gain of Cao's Fourier-type runs (default ``None``).
 
     Shapes:
         - input: ``model(x, mesh, *, query=None)``: ``x [N, C_in]`` on the nodes of ``mesh`` (a
@@ -206,7 +209,8 @@ class GalerkinTransformer(EncoderOperator, name="galerkin"):
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
                  depth: int = 3, num_heads: int = 4, ff_mult: int = 2, attention: str = "galerkin",
                  decoder: str = "pointwise", coordinate_features: dict | None = None,
-                 block: str = "postln", norm: str = "attention", spectral: dict | None = None):
+                 block: str = "postln", norm: str = "attention", spectral: dict | None = None,
+                 attention_options: dict | None = None):
         super().__init__()
         for name, value, allowed in (("attention", attention, sorted(_ATTENTION)),
                                      ("block", block, BLOCKS), ("norm", norm, NORMS),
@@ -220,7 +224,8 @@ class GalerkinTransformer(EncoderOperator, name="galerkin"):
         layer_norm = norm == "attention"
 
         def attention_layer():
-            return _ATTENTION[attention](width, num_heads=num_heads, dim=dim, layer_norm=layer_norm)
+            return _ATTENTION[attention](width, num_heads=num_heads, dim=dim, layer_norm=layer_norm,
+                                         **(attention_options or {}))
 
         self.inputs = CoordinateFeatures.of(in_channels, dim, coordinate_features)
         self.lift = PointwiseMLP(self.inputs.out_features, width, width)

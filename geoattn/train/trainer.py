@@ -47,6 +47,8 @@ LAST, BEST, METRICS, TENSORBOARD = "last.pt", "best.pt", "metrics.csv", "tensorb
 RUN_FILES = (LAST, BEST, METRICS)
 #: autocast dtype of each precision (``None``: no autocast)
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: the keywords of :class:`torch.optim.lr_scheduler.OneCycleLR` that ``Trainer(schedule=)`` takes
+SCHEDULE_KEYS = ("pct_start", "div_factor", "final_div_factor", "anneal_strategy")
 #: positions of the one-cycle schedule of a run with a time budget (``Trainer(seconds=)``): the
 #: schedule is placed at the elapsed share of the budget, to 1/BUDGET_STEPS of it
 BUDGET_STEPS = 10_000
@@ -98,8 +100,10 @@ def check_precision(precision: str, device: torch.device) -> torch.dtype | None:
 
 
 def sample_errors(operator: torch.nn.Module, batch, h1: bool = False, *,
-                  autocast: torch.dtype | None = None, mesh: Mesh | None = None) -> torch.Tensor:
-    """Per-sample relative :math:`L^2` (or :math:`H^1`) errors ``[B]`` of ``operator`` on a batch.
+                  autocast: torch.dtype | None = None, mesh: Mesh | None = None,
+                  with_pred: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Per-sample relative :math:`L^2` (or :math:`H^1`) errors ``[B]`` of ``operator`` on a batch
+    (with ``with_pred``, the pair of the errors and the prediction ``[N, C]``).
 
     The operator is called as ``operator(batch.x, mesh)`` (:func:`~geoattn.operators.wrapper.call_inner`), ``mesh`` the batch's
     :class:`~geoattn.mesh.Mesh` (default: a new one made of the batch,
@@ -113,9 +117,11 @@ def sample_errors(operator: torch.nn.Module, batch, h1: bool = False, *,
         pred = call_inner(operator, batch.x, mesh)
     pred = pred.to(batch.y.dtype)
     if h1:
-        return relative_h1(pred, batch.y, batch.pos, batch.weight, batch.cells, batch.batch,
-                           batch.num_graphs, reduction="none")
-    return relative_l2(pred, batch.y, batch.weight, batch.batch, batch.num_graphs, reduction="none")
+        errors = relative_h1(pred, batch.y, batch.pos, batch.weight, batch.cells, batch.batch,
+                             batch.num_graphs, reduction="none")
+    else:
+        errors = relative_l2(pred, batch.y, batch.weight, batch.batch, batch.num_graphs, reduction="none")
+    return (errors, pred) if with_pred else errors
 
 
 @torch.no_grad()
@@ -294,11 +300,21 @@ class Trainer:
             elapsed share of the budget instead of the step count: its peak comes at 30 % of
             the budget and its final annealing at the end, on a fast machine or a slow one.
             A positive finite number.
+        regularizer: a penalty added to each sample's error in the training loss (the loss
+            :math:`\\mathcal J + \\mathfrak G` of Cao's eq. 2): a callable ``(pred, batch) -> [B]``
+            of the prediction ``[N, C]`` in physical units and the collated batch, differentiable
+            in ``pred``. The errors reported (``train``, ``val``, ``best.pt``) stay the relative
+            errors without it (default ``None``).
+        schedule: keywords of :class:`torch.optim.lr_scheduler.OneCycleLR` over PyTorch's
+            defaults, e.g. ``{"pct_start": 0.2, "div_factor": 1e4, "final_div_factor": 1e4}``
+            for the one-cycle shape of Cao's runs (default ``None``). Only ``pct_start``,
+            ``div_factor``, ``final_div_factor`` and ``anneal_strategy`` are taken.
 
     Raises:
         ConfigError: an unknown or unavailable device or precision (:func:`resolve_device`,
-            :func:`check_precision`), ``tensorboard=True`` without an ``out_dir``, or
-            ``seconds`` not a positive finite number (nor ``None``).
+            :func:`check_precision`), ``tensorboard=True`` without an ``out_dir``,
+            ``seconds`` not a positive finite number (nor ``None``), a ``regularizer`` that is not
+            callable, or a ``schedule`` keyword not in the list above.
         MissingDependencyError: ``tensorboard`` asked for and the package not installed.
 
     An ``out_dir`` that holds a run (``last.pt``, ``best.pt`` or ``metrics.csv``) is refused by
@@ -320,7 +336,16 @@ class Trainer:
                  device: str | torch.device | None = None, precision: str = "fp32",
                  workers: int = 0, pin_memory: bool | None = None,
                  tensorboard: bool | str | Path = False, restore_best: bool = False,
-                 overwrite: bool = False, seconds: float | None = None):
+                 overwrite: bool = False, seconds: float | None = None,
+                 regularizer: Callable[[torch.Tensor, object], torch.Tensor] | None = None,
+                 schedule: dict | None = None):
+        if regularizer is not None and not callable(regularizer):
+            raise ConfigError(f"regularizer must be a callable (pred, batch) -> [B] or None, got "
+                              f"a {type(regularizer).__name__}")
+        unknown = sorted(set(schedule or {}) - set(SCHEDULE_KEYS))
+        if unknown:
+            raise ConfigError(f"schedule takes the one-cycle keywords {SCHEDULE_KEYS}, got {unknown}")
+        self.regularizer, self.schedule = regularizer, dict(schedule or {})
         if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, numbers.Real)
                                     or not math.isfinite(seconds) or seconds <= 0):
             raise ConfigError(f"seconds (the training-time budget) must be a positive finite number "
@@ -369,22 +394,28 @@ class Trainer:
         return {"epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr,
                 "weight_decay": self.weight_decay, "clip": self.clip, "h1": self.h1, "seed": self.seed,
                 "device": str(self.device), "precision": self.precision, "world_size": self.world,
-                "workers": self.workers, "restore_best": self.restore_best, "seconds": self.seconds}
+                "workers": self.workers, "restore_best": self.restore_best, "seconds": self.seconds,
+                "regularizer": None if self.regularizer is None else getattr(
+                    self.regularizer, "__qualname__", type(self.regularizer).__name__),
+                "schedule": self.schedule}
 
-    def _errors(self, model: torch.nn.Module, batch, mesh: Mesh | None = None) -> torch.Tensor:
-        """:func:`sample_errors` at the trainer's precision; a model whose operations have no
-        kernel in that precision is a :class:`ConfigError` naming it."""
-        if self.autocast is None:
-            return sample_errors(model, batch, self.h1, mesh=mesh)
+    def _errors(self, model: torch.nn.Module, batch, mesh: Mesh | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The per-sample errors ``[B]`` (:func:`sample_errors`, at the trainer's precision) and
+        the per-sample losses (the errors plus the ``regularizer``'s penalties); a model whose
+        operations have no kernel in that precision is a :class:`ConfigError` naming it."""
         try:
-            return sample_errors(model, batch, self.h1, autocast=self.autocast, mesh=mesh)
+            errors, pred = sample_errors(model, batch, self.h1, autocast=self.autocast, mesh=mesh,
+                                         with_pred=True)
         except (RuntimeError, NotImplementedError) as err:
-            if "out of memory" in str(err):
+            if "out of memory" in str(err) or self.autocast is None:
                 raise
             name = getattr(self.operator.model, "model_name", type(self.operator.model).__name__)
             reason = " ".join(str(err).split())[:300]
             raise ConfigError(f"model {name!r} does not run in {self.precision} on {self.device.type} "
                               f"({type(err).__name__}: {reason}); train it in fp32") from err
+        if self.regularizer is None:
+            return errors, errors
+        return errors, errors + self.regularizer(pred, batch)
 
     def _spent(self, seconds: float, device: torch.device) -> float:
         """The training time ``seconds`` of this process, or the most of all processes under
@@ -475,7 +506,8 @@ class Trainer:
         budget = self.seconds
         # with a budget the schedule's position is set from the elapsed share of it before each step
         schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=self.lr,
-                                                       total_steps=BUDGET_STEPS if budget else self.epochs * steps)
+                                                       total_steps=BUDGET_STEPS if budget else self.epochs * steps,
+                                                       **self.schedule)
         scaler = _grad_scaler(self.precision == "fp16")
         start, best, best_state = 0, math.inf, None
         elapsed = 0.0  # training time of the epochs so far (over the sessions of a resumed run)
@@ -523,8 +555,8 @@ class Trainer:
                 total = torch.zeros(2, dtype=torch.float64, device=device)  # [sum of errors, count]
                 for step, (ids, batch) in enumerate(loader):
                     batch = batch.to(device, non_blocking=pin)
-                    errors = self._errors(step_model, batch, train_meshes.batch(ids).to(device))
-                    loss = errors.mean()  # quadrature-ok: mean over samples
+                    errors, losses = self._errors(step_model, batch, train_meshes.batch(ids).to(device))
+                    loss = losses.mean()  # quadrature-ok: mean over samples
                     if not torch.isfinite(loss):
                         where = f"; the last good checkpoint is {last}" if last is not None and last.exists() else ""
                         hint = "; fp16 may have overflowed: try bf16 or fp32" if self.precision == "fp16" else ""

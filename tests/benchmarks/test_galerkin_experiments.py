@@ -1,5 +1,6 @@
 """Smoke runs of ``benchmarks/galerkin_experiments.py`` at the tiny scale, and its pieces."""
 
+import dataclasses
 import json
 import math
 
@@ -165,3 +166,42 @@ def test_input_floor_is_zero_for_a_resolved_input_and_second_order_in_the_spacin
     errors = [script.input_floor(data, uniform_samples(data, n, dtype=torch.float64), 4096) for n in (32, 64, 128)]
     assert errors[0] / errors[1] == pytest.approx(4, rel=0.1)
     assert errors[1] / errors[2] == pytest.approx(4, rel=0.1)
+
+
+def test_cao_h1_penalty_matches_the_central_difference_of_a_sine(script):
+    """u = sin 2 pi x, pred = u + eps sin 2 pi k x on n uniform nodes: the periodic central
+    difference of sin 2 pi m x is n sin(2 pi m / n) cos 2 pi m x exactly, so the penalty is
+    sqrt(gamma / n) eps |sin(2 pi k / n) / sin(2 pi / n)| to rounding; a batch of two samples of
+    different errors keeps them apart."""
+    from torch_geometric.data import Batch, Data
+
+    n, gamma = 64, 0.1
+    x = torch.arange(n, dtype=torch.float64) / n
+    u = torch.sin(2 * math.pi * x)[:, None]
+    cases = [(1e-2, 3), (3e-2, 7)]
+    preds = [u + eps * torch.sin(2 * math.pi * k * x)[:, None] for eps, k in cases]
+    batch = Batch.from_data_list([Data(y=u, pos=x[:, None]) for _ in cases])
+    got = script.CaoH1Penalty(gamma)(torch.cat(preds), batch)
+    want = torch.tensor([math.sqrt(gamma / n) * eps * abs(math.sin(2 * math.pi * k / n) / math.sin(2 * math.pi / n))
+                         for eps, k in cases], dtype=torch.float64)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=0)
+
+
+def test_cao_recipe_reaches_the_trainer_and_the_run_folder(script, tmp_path):
+    """--h1-gamma, --schedule cao and --fourier-init-gain set the scale; the Trainer gets the
+    penalty and Cao's one-cycle shape, FT's projections their gain, and the run folder records
+    them (a run folder of the library's recipe keeps its settings without these keys)."""
+    scale = script.SCALES["burgers"]["paper-tiny"]
+    assert scale.trainer_options() == {}
+    cao = dataclasses.replace(scale, h1_gamma=0.1, schedule="cao", fourier_init_gain=1e-3)
+    options = cao.trainer_options()
+    assert options["schedule"] == script.CAO_SCHEDULE and options["regularizer"].gamma == 0.1
+    results = script.main(["--experiment", "burgers", "--scale", "paper-tiny", "--out", str(tmp_path), *THREADS,
+                           "--h1-gamma", "0.1", "--schedule", "cao", "--fourier-init-gain", "1e-3"])
+    assert set(results["rows"]) == {"GT-64", "FT-64"}
+    ft = results["operators"]["FT-64"].model.blocks[0].mixer
+    assert ft.init_gain == 1e-3 and results["operators"]["GT-64"].model.blocks[0].mixer.init_gain == 1e-2
+    settings = json.loads((tmp_path / "runs" / "FT-64" / "config.json").read_text())
+    assert (settings["h1_gamma"], settings["schedule"], settings["fourier_init_gain"]) == (0.1, "cao", 1e-3)
+    with pytest.raises(SystemExit):
+        script.main(["--experiment", "inverse", "--scale", "tiny", "--h1-gamma", "0.1"])

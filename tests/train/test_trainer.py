@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from geoattn.errors import NonFiniteLossError
+from geoattn.errors import ConfigError, NonFiniteLossError
 from geoattn.models import build_model
 from geoattn.train import NormalizedOperator, Trainer, evaluate_errors, load_checkpoint
 
@@ -265,3 +265,65 @@ def test_restore_best_ends_with_the_weights_of_the_best_validation_epoch(tmp_pat
     in_memory, _ = fit(None)  # no folder: the same weights, kept in memory
     for a, b in zip(op.state_dict().values(), in_memory.state_dict().values()):
         assert torch.equal(a, b)
+
+
+def _weights(op):
+    return [t.detach().clone() for t in op.state_dict().values()]
+
+
+def test_regularizer_enters_the_loss_but_not_the_reported_errors(samples):
+    """A penalty with no gradient (a constant) leaves every step and the reported errors as they
+    are; a penalty with a gradient changes the steps; the callable sees the prediction [N, C] in
+    physical units and the collated batch."""
+    def fit(regularizer):
+        op = _operator()
+        history = Trainer(op, epochs=2, batch_size=2, lr=1e-2, progress=False,
+                          regularizer=regularizer).fit(samples[:6])
+        return op, history
+
+    plain, plain_history = fit(None)
+    seen = []
+
+    def constant(pred, batch):
+        seen.append((pred.shape, batch.num_graphs, pred.requires_grad))
+        return torch.full((batch.num_graphs,), 5.0)
+
+    same, same_history = fit(constant)
+    assert all(torch.equal(a, b) for a, b in zip(_weights(plain), _weights(same)))
+    assert [h["train"] for h in same_history] == [h["train"] for h in plain_history]
+    nodes = samples[0].pos.shape[0]
+    assert seen[0] == (torch.Size([2 * nodes, 1]), 2, True) and len(seen) == 6
+
+    def squared(pred, batch):
+        return 10.0 * pred.square().sum() * torch.ones(batch.num_graphs)
+
+    other, _ = fit(squared)
+    assert not all(torch.equal(a, b) for a, b in zip(_weights(plain), _weights(other)))
+
+
+def test_schedule_keywords_shape_the_one_cycle_and_bad_ones_are_refused(samples):
+    """The learning rate after each epoch is that of OneCycleLR with the keywords given (stepped
+    as often), and differs from PyTorch's default shape; the settings record the schedule."""
+    shape = {"div_factor": 1e4, "final_div_factor": 1e4, "pct_start": 0.2}
+
+    def expected(epochs, steps, **keywords):
+        opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+        schedule = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1e-2, total_steps=epochs * steps, **keywords)
+        out = []
+        for _ in range(epochs):
+            for _ in range(steps):
+                opt.step()
+                schedule.step()
+            out.append(schedule.get_last_lr()[0])
+        return out
+
+    trainer = Trainer(_operator(), epochs=3, batch_size=2, lr=1e-2, progress=False, schedule=shape)
+    history = trainer.fit(samples[:6])  # 3 steps per epoch
+    got = [h["lr"] for h in history]
+    assert got == pytest.approx(expected(3, 3, **shape), rel=1e-12)
+    assert got != pytest.approx(expected(3, 3), rel=1e-3)
+    assert trainer.settings["schedule"] == shape
+    with pytest.raises(ConfigError, match="max_lr"):
+        Trainer(_operator(), schedule={"max_lr": 1.0})
+    with pytest.raises(ConfigError, match="callable"):
+        Trainer(_operator(), regularizer=3.0)
