@@ -146,8 +146,12 @@ class BurgersScale:
         return on_circle(samples) if self.coordinates == "circle" else list(samples)
 
 
-#: the training recipe's settings of BurgersScale at the library's values
-RECIPE_DEFAULTS = {"h1_gamma": 0.0, "schedule": "pytorch", "fourier_init_gain": None}
+#: the training recipes of BurgersScale (``--recipe``): the library's (plain relative L2 loss,
+#: PyTorch's one-cycle shape, the attention's default gain) and Cao's (his H1-seminorm penalty
+#: gamma = 0.1, his one-cycle shape, Xavier gain 1e-3 for FT)
+RECIPES = {"library": {"h1_gamma": 0.0, "schedule": "pytorch", "fourier_init_gain": None},
+           "cao": {"h1_gamma": 0.1, "schedule": "cao", "fourier_init_gain": 1e-3}}
+RECIPE_DEFAULTS = RECIPES["library"]
 #: Cao's one-cycle shape (his Burgers runs): warm-up over the first 20 % of the steps from
 #: lr / 1e4, annealing to lr / 1e8
 CAO_SCHEDULE = {"pct_start": 0.2, "div_factor": 1e4, "final_div_factor": 1e4}
@@ -210,23 +214,25 @@ SCALES = {
         # come from), the viscosity nu = 0.1 / (2 pi) as Cao's §5.1 states it (the Fourier neural
         # operator's paper says 0.1), n = 512 and 2048, 100 epochs, batch 8, peak learning rate 1e-3, Adam without
         # weight decay, gradient clip 1, width 96, depth 4, one head, FFN width 2 x 96 (Table 5),
-        # Cao's block (eq. 4) and spectral decoder of two Fourier layers of width 48 with 16 modes.
+        # Cao's block (eq. 4) and spectral decoder of two Fourier layers of width 48 with 16 modes,
+        # his training recipe (RECIPES["cao"]: the H1-seminorm penalty with gamma = 0.1 of his
+        # eq. 2 / App. C.1, his one-cycle shape, Xavier gain 1e-3 for FT's projections).
         # Ours, where the notes are silent or the library differs: the solver's time step 2e-3
-        # (spectral solve, not chebfun), the Trainer's one-cycle shape (PyTorch defaults, not div
-        # 1e4 / peak at epoch 20-30), no dropout (Table 7: 0 for GT, 0.05 in FT's FFN), the
-        # library's initialisation. As Cao, the model sees x in [0, 1) (dim 1) and the decoder's
+        # (spectral solve, not chebfun), no dropout (Table 7: 0 for GT, 0.05 in FT's FFN), the
+        # penalty's target derivative a central difference on the training grid (Cao: on 8192
+        # points), FT without the 1/sqrt(d_k) of Cao's code. As Cao, the model sees x in [0, 1) (dim 1) and the decoder's
         # modes are those of the period 1: |k| <= 15, the band of FNO's 16 rfft modes (on the circle's
         # plane, 16 modes per axis would be 33^2 modes and 15 M parameters). The library's complex
         # weight per k and -k, lift and heads make about 0.75 M parameters (paper 0.53 M).
         "paper": BurgersScale(grid=8192, fine=8192, n_train=1024, n_test=100, resolutions=(512, 2048),
                               epochs=100, batch_size=8, lr=1e-3, width=96, depth=4, num_heads=1,
                               nu=0.1 / (2 * math.pi), weight_decay=0.0, block="cao", decoder="spectral", spectral_width=48,
-                              spectral_modes=15, coordinates="interval"),
+                              spectral_modes=15, coordinates="interval", **RECIPES["cao"]),
         # the paper preset in miniature, for tests of the preset's code path and of resuming
         "paper-tiny": BurgersScale(grid=256, fine=256, n_train=4, n_test=2, resolutions=(64,), epochs=3,
                                    batch_size=2, width=8, depth=1, weight_decay=0.0, block="cao",
                                    decoder="spectral", spectral_width=8, spectral_modes=2,
-                                   coordinates="interval"),
+                                   coordinates="interval", **RECIPES["cao"]),
     },
     "inverse": {
         "tiny": InverseScale(mesh_n=8, target_n=4, n_train=4, n_test=2, epochs=1, batch_size=2,
@@ -343,9 +349,11 @@ def run_burgers(scale: BurgersScale, device: torch.device, seed: int = 0, show_p
         for short, attention in MODELS.items():
             if models is not None and short not in models:
                 continue
-            # the recipe's keys only where they differ from the library's (older run folders stay valid)
+            # the recipe's keys only where they differ from the library's (older run folders stay
+            # valid), and FT's gain only in FT's settings
             settings = {k: v for k, v in asdict(scale).items()
-                        if k != "resolutions" and not (k in RECIPE_DEFAULTS and v == RECIPE_DEFAULTS[k])}
+                        if k != "resolutions" and not (k in RECIPE_DEFAULTS and v == RECIPE_DEFAULTS[k])
+                        and not (k == "fourier_init_gain" and short != "FT")}
             run = ModelRun(out, f"{short}-{n}", {**settings, "model": short, "n": n, "seed": seed,
                                                  "model_options": options})
             torch.manual_seed(seed)
@@ -450,15 +458,25 @@ def fno_reference(scale: BurgersScale, n: int, train, tests: dict, device: torch
             "train_seconds": seconds, "seconds": seconds, "train_error": train_error, "uniform": error}
 
 
+def recipe_name(scale: BurgersScale) -> str:
+    """The name of ``scale``'s training recipe in :data:`RECIPES`, or its settings where it mixes them."""
+    own = {k: getattr(scale, k) for k in RECIPE_DEFAULTS}
+    for name, recipe in RECIPES.items():
+        if own == recipe:
+            return name
+    return ", ".join(f"{k} {v}" for k, v in own.items())
+
+
 def burgers_markdown(results: dict, scale: BurgersScale) -> str:
     """Markdown table of a Burgers run beside the paper's Table 2a."""
     out = [f"Burgers, nu = {scale.nu:.4g}: test relative L2 error, mean of {scale.n_test} samples "
            f"({scale.n_train} training samples, {scale.epochs} epochs, width {scale.width}, "
-           f"depth {scale.depth}, block {scale.block}, decoder {scale.decoder}).\n",
+           f"depth {scale.depth}, block {scale.block}, decoder {scale.decoder}, "
+           f"recipe {recipe_name(scale)}).\n",
            "| model | n | uniform grid (trained on) | non-uniform (not trained on) | non-uniform / uniform "
            "| node-average ablation (non-uniform) | Cao's density (from u0) | paper (Table 2a, uniform) "
-           "| wall s |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "| uniform / paper | wall s |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for row in results["rows"].values():
         paper = PAPER_BURGERS[row["model"]].get(row["n"])
 
@@ -466,9 +484,11 @@ def burgers_markdown(results: dict, scale: BurgersScale) -> str:
             return f"{row[key]:.3e}" if key in row else "-"
 
         ratio = f"{row['ratio']:.2f}" if "ratio" in row else "-"
+        versus = "-" if paper is None else f"{row['uniform'] / paper:.2f}"
         out.append(f"| {row['model']} | {row['n']} | {cell('uniform')} | {cell('non-uniform')} | {ratio} "
                    f"| {cell('node-average')} | {cell('non-uniform (initial)')} "
-                   f"| {'-' if paper is None else f'{paper:.3e}'} | {row.get('seconds', row['train_seconds']):.0f} |")
+                   f"| {'-' if paper is None else f'{paper:.3e}'} | {versus} "
+                   f"| {row.get('seconds', row['train_seconds']):.0f} |")
     for n, floor in results.get("floors", {}).items():
         out.append(f"\nInput resolved by the test grids, n = {n} (relative L2 error of u0's piecewise-linear "
                    f"interpolant from the nodes, {scale.fine}-point reference): "
@@ -736,6 +756,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--prepare-data", action="store_true",
                         help="burgers: solve the samples into --data-cache and stop")
     parser.add_argument("--resolutions", type=int, nargs="+", help="burgers: override the scale's n")
+    parser.add_argument("--recipe", choices=sorted(RECIPES),
+                        help="burgers: training recipe, the library's or Cao's (default: the scale's; cao for "
+                             "the paper presets); --h1-gamma, --schedule and --fourier-init-gain override it")
     parser.add_argument("--h1-gamma", type=float,
                         help="burgers: Cao's H1-seminorm penalty gamma (0: none; default: the scale's)")
     parser.add_argument("--schedule", choices=("pytorch", "cao"),
@@ -779,9 +802,10 @@ def main(argv: list[str] | None = None) -> dict:
         scale = replace(scale, resolutions=tuple(args.resolutions))
     recipe = {k: v for k, v in (("h1_gamma", args.h1_gamma), ("schedule", args.schedule),
                                 ("fourier_init_gain", args.fourier_init_gain)) if v is not None}
-    if recipe and args.experiment != "burgers":
-        parser.error(f"--{', --'.join(k.replace('_', '-') for k in recipe)}: burgers only")
-    scale = replace(scale, **recipe)
+    if (recipe or args.recipe) and args.experiment != "burgers":
+        parser.error(f"--{', --'.join(k.replace('_', '-') for k in [*recipe, *(['recipe'] if args.recipe else [])])}: "
+                     "burgers only")
+    scale = replace(scale, **{**(RECIPES[args.recipe] if args.recipe else {}), **recipe})
     device = torch.device(args.device)
     if args.prepare_data:
         if args.experiment != "burgers" or args.data_cache is None:

@@ -66,6 +66,8 @@ def test_paper_preset_is_cao_table_2a(script):
         (1024, 100, (512, 2048), 100, 8, 1e-3)
     assert (paper.width, paper.depth, paper.num_heads, paper.weight_decay) == (96, 4, 1, 0.0)
     assert paper.nu == pytest.approx(0.1 / (2 * math.pi), rel=1e-15)  # §5.1: "nu = (2 pi)^-1 0.1"
+    # App. C.1: the H1 penalty gamma = 0.1 (h), the one-cycle shape of Cao's runs, FT's Xavier gain 1e-3
+    assert (paper.h1_gamma, paper.schedule, paper.fourier_init_gain) == (0.1, "cao", 1e-3)
     assert paper.model_options() == {"block": "cao", "decoder": "spectral",
                                      "spectral": {"width": 48, "modes": 15, "period": 1.0}}
     model = script.GalerkinTransformer(1, 1, dim=paper.dim, width=paper.width, depth=paper.depth,
@@ -191,13 +193,14 @@ def test_cao_recipe_reaches_the_trainer_and_the_run_folder(script, tmp_path):
     """--h1-gamma, --schedule cao and --fourier-init-gain set the scale; the Trainer gets the
     penalty and Cao's one-cycle shape, FT's projections their gain, and the run folder records
     them (a run folder of the library's recipe keeps its settings without these keys)."""
-    scale = script.SCALES["burgers"]["paper-tiny"]
+    scale = script.SCALES["burgers"]["tiny"]
     assert scale.trainer_options() == {}
-    cao = dataclasses.replace(scale, h1_gamma=0.1, schedule="cao", fourier_init_gain=1e-3)
+    cao = dataclasses.replace(scale, **script.RECIPES["cao"])
     options = cao.trainer_options()
     assert options["schedule"] == script.CAO_SCHEDULE and options["regularizer"].gamma == 0.1
-    results = script.main(["--experiment", "burgers", "--scale", "paper-tiny", "--out", str(tmp_path), *THREADS,
-                           "--h1-gamma", "0.1", "--schedule", "cao", "--fourier-init-gain", "1e-3"])
+    results = script.main(["--experiment", "burgers", "--scale", "tiny", "--resolutions", "64", "--out",
+                           str(tmp_path), *THREADS, "--recipe", "library", "--h1-gamma", "0.1", "--schedule", "cao",
+                           "--fourier-init-gain", "1e-3"])
     assert set(results["rows"]) == {"GT-64", "FT-64"}
     ft = results["operators"]["FT-64"].model.blocks[0].mixer
     assert ft.init_gain == 1e-3 and results["operators"]["GT-64"].model.blocks[0].mixer.init_gain == 1e-2
@@ -205,3 +208,5 @@ def test_cao_recipe_reaches_the_trainer_and_the_run_folder(script, tmp_path):
     assert (settings["h1_gamma"], settings["schedule"], settings["fourier_init_gain"]) == (0.1, "cao", 1e-3)
     with pytest.raises(SystemExit):
         script.main(["--experiment", "inverse", "--scale", "tiny", "--h1-gamma", "0.1"])
+    with pytest.raises(SystemExit):
+        script.main(["--experiment", "inverse", "--scale", "tiny", "--recipe", "cao"])
