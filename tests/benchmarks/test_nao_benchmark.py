@@ -75,3 +75,31 @@ def test_paper_preset_is_table_1(script):
                                    "epochs": 20000, "lr": 3e-3, "batch": 10, "weight_decay": 1e-5,
                                    "step_size": 100}
     assert script.PAPER_RADIAL["ID"] == {"E_f": 0.0148, "E_K": 0.0540}
+
+
+def test_warm_start_solves_the_kernel_layer_once_and_keeps_its_scores(script, tmp_path):
+    """--warm-start: the kernel layer's maps become fit_kernel_layer's solution (the same as a
+    direct call on the same model), W^{P,u} is zeroed, the scores are saved; a run with an Adam
+    checkpoint solves nothing and returns the saved scores; without --warm-start nothing happens."""
+    from types import SimpleNamespace
+
+    from geoattn.nao import fit_kernel_layer
+
+    model, u, f, mesh, query = _problem()
+    reference, *_ = _problem()
+    reference.mixer_u.zero_()
+    systems = torch.arange(8) // 4
+    fit_kernel_layer(reference, u, f, mesh, query, systems=systems, consistency=1.0, ridge=1e-6, sweeps=2)
+    args = SimpleNamespace(warm_start=1.0, sweeps=2, ridge=1e-6)
+    s0 = SimpleNamespace(mesh=mesh, mesh_query=query)
+    scores = script._warm_start(args, model, tmp_path, u, f, s0, systems, lambda: {"ID": {"E_f": 0.5}})
+    for k, v in reference.state_dict().items():
+        assert torch.equal(model.state_dict()[k], v), k
+    assert scores["ID"] == {"E_f": 0.5} and (tmp_path / "warm_start.json").exists()
+    (tmp_path / "last.pt").write_bytes(b"")  # an Adam checkpoint exists: resumed, not solved again
+    untouched, *_ = _problem()
+    again = script._warm_start(args, untouched, tmp_path, u, f, s0, systems, lambda: pytest.fail("scored"))
+    assert again["ID"] == {"E_f": 0.5}
+    assert torch.equal(untouched.mixer_u.rest[-1].weight, _problem()[0].mixer_u.rest[-1].weight)
+    assert script._warm_start(SimpleNamespace(warm_start=None), untouched, tmp_path, u, f, s0, systems,
+                              lambda: pytest.fail("scored")) is None
