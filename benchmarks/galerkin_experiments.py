@@ -315,13 +315,17 @@ def burgers_split(scale: BurgersScale, seed: int, show_progress: bool = False,
 
 def run_burgers(scale: BurgersScale, device: torch.device, seed: int = 0, show_progress: bool = False,
                 model_options: dict | None = None, out: Path | None = None,
-                models: tuple[str, ...] | None = None, data_cache: Path | None = None) -> dict:
+                models: tuple[str, ...] | None = None, data_cache: Path | None = None,
+                init_seed: int | None = None) -> dict:
     """Train GT and FT at every resolution on the uniform grid; score on every test grid
     (``model_options``: keywords of the model over the scale's, e.g. ``block``, ``norm``,
     ``decoder``). With ``out``, each model trains in its own run folder ``out/runs/GT-512`` etc.
     (:class:`runs.ModelRun`): a rerun continues a model cut off and skips the finished ones.
     ``models``: the subset of ``MODELS`` to train (default both); ``data_cache``: see
-    :func:`burgers_split`."""
+    :func:`burgers_split`. ``seed`` draws the samples and, unless ``init_seed`` is given, the
+    transformers' initialisation and shuffles; ``init_seed`` alone changes only the latter (the
+    same data, another training)."""
+    init = seed if init_seed is None else init_seed
     options = scale.model_options() | (model_options or {})
     if options["decoder"] != "spectral":
         options.pop("spectral", None)
@@ -354,9 +358,11 @@ def run_burgers(scale: BurgersScale, device: torch.device, seed: int = 0, show_p
             settings = {k: v for k, v in asdict(scale).items()
                         if k != "resolutions" and not (k in RECIPE_DEFAULTS and v == RECIPE_DEFAULTS[k])
                         and not (k == "fourier_init_gain" and short != "FT")}
+            # (the initialisation's seed is recorded only where it is not the data's)
             run = ModelRun(out, f"{short}-{n}", {**settings, "model": short, "n": n, "seed": seed,
+                                                 **({} if init == seed else {"init_seed": init}),
                                                  "model_options": options})
-            torch.manual_seed(seed)
+            torch.manual_seed(init)
             # the periodic interval enters as the unit circle (on_circle): periodic coordinates
             gain = {"attention_options": {"init_gain": scale.fourier_init_gain}} \
                 if short == "FT" and scale.fourier_init_gain is not None else {}
@@ -369,7 +375,7 @@ def run_burgers(scale: BurgersScale, device: torch.device, seed: int = 0, show_p
                 log.info("burgers %s n=%d: finished in %s, skipped", short, n, run.folder)
             else:
                 history = run.fit(op, train, epochs=scale.epochs, batch_size=batch, lr=scale.lr,
-                                  weight_decay=scale.weight_decay, seed=seed, progress=show_progress,
+                                  weight_decay=scale.weight_decay, seed=init, progress=show_progress,
                                   **scale.trainer_options())
                 tic = time.perf_counter()
                 row = {"model": short, "n": n, "parameters": _parameters(op), "epochs": scale.epochs,
@@ -745,6 +751,9 @@ def main(argv: list[str] | None = None) -> dict:
                         help="preset (burgers: tiny, cpu, gpu, paper, paper-tiny; inverse: tiny, cpu, gpu)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--init-seed", type=int,
+                        help="burgers: seed of the transformers' initialisation and shuffles only (default: "
+                             "--seed, which also draws the samples): the same data, another training")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--epochs", type=int, help="override the scale's epochs")
     parser.add_argument("--n-train", type=int, help="override the scale's training samples")
@@ -802,6 +811,8 @@ def main(argv: list[str] | None = None) -> dict:
         scale = replace(scale, resolutions=tuple(args.resolutions))
     recipe = {k: v for k, v in (("h1_gamma", args.h1_gamma), ("schedule", args.schedule),
                                 ("fourier_init_gain", args.fourier_init_gain)) if v is not None}
+    if args.init_seed is not None and args.experiment != "burgers":
+        parser.error("--init-seed: burgers only")
     if (recipe or args.recipe) and args.experiment != "burgers":
         parser.error(f"--{', --'.join(k.replace('_', '-') for k in [*recipe, *(['recipe'] if args.recipe else [])])}: "
                      "burgers only")
@@ -820,7 +831,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.experiment == "burgers":
         results = run_burgers(scale, device, args.seed, args.progress, options, args.out,
                               models=tuple(args.models) if args.models else None,
-                              data_cache=args.data_cache)
+                              data_cache=args.data_cache, init_seed=args.init_seed)
         options = results["model_options"]
         table = burgers_markdown(results, scale)
         met = {k: r["ratio"] <= TARGET_RATIO for k, r in results["rows"].items() if "ratio" in r}
@@ -831,7 +842,8 @@ def main(argv: list[str] | None = None) -> dict:
     total = time.perf_counter() - tic
     load = os.getloadavg()
     machine = describe_machine(device)
-    footer = (f"scale {args.scale}, seed {args.seed}, device {device} ({machine}); data "
+    seeds = f"seed {args.seed}" + ("" if args.init_seed is None else f", initialisation seed {args.init_seed}")
+    footer = (f"scale {args.scale}, {seeds}, device {device} ({machine}); data "
               f"{results['data_seconds']:.0f} s, total {total:.0f} s; load average (1 / 5 / 15 min) "
               f"{load_start[0]:.2f} / {load_start[1]:.2f} / {load_start[2]:.2f} at the start, "
               f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} at the end.\n"

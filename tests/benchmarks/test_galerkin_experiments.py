@@ -210,3 +210,18 @@ def test_cao_recipe_reaches_the_trainer_and_the_run_folder(script, tmp_path):
         script.main(["--experiment", "inverse", "--scale", "tiny", "--h1-gamma", "0.1"])
     with pytest.raises(SystemExit):
         script.main(["--experiment", "inverse", "--scale", "tiny", "--recipe", "cao"])
+
+
+def test_init_seed_changes_the_training_not_the_data(script, tmp_path):
+    """--init-seed 1 with --seed 0: the test samples (so the input floors) are those of seed 0,
+    the trained model differs; the run folder records the initialisation seed."""
+    base = ["--experiment", "burgers", "--scale", "tiny", "--resolutions", "64", "--models", "GT", *THREADS]
+    same = script.main(base + ["--out", str(tmp_path / "a")])
+    other = script.main(base + ["--out", str(tmp_path / "b"), "--init-seed", "1"])
+    assert other["floors"] == same["floors"]
+    assert other["rows"]["GT-64"]["uniform"] != same["rows"]["GT-64"]["uniform"]
+    settings = json.loads((tmp_path / "b" / "runs" / "GT-64" / "config.json").read_text())
+    assert (settings["seed"], settings["init_seed"]) == (0, 1)
+    assert "init_seed" not in json.loads((tmp_path / "a" / "runs" / "GT-64" / "config.json").read_text())
+    with pytest.raises(SystemExit):
+        script.main(["--experiment", "inverse", "--scale", "tiny", "--init-seed", "1"])
