@@ -26,6 +26,11 @@ refined to its longest edge / F, the input interpolated linearly and the loss re
 nodes (:class:`~geoattn.operators.RefinedOperator`); the checkpoint stores the size, and
 ``geoattn evaluate`` / ``predict`` refine every mesh to it.
 
+``--latent-mesh`` runs the model on the training mesh only
+(:class:`~geoattn.operators.LatentMeshOperator`): ``geoattn evaluate`` and ``predict`` interpolate
+every other mesh's input onto it and the output back, as FNO does through its grid, so the model
+computes with the discretisation it was trained on; the checkpoint stores the mesh.
+
 ``--symmetries N`` trains on every training sample carried by the ``2 N`` symmetries of the
 dihedral group about the training mesh's centroid (:func:`~geoattn.mesh.dihedral`: ``N = 4`` the
 square's eight, ``N = 1`` the identity and the reflection across the line at
@@ -68,9 +73,11 @@ import torch
 from ..atomic import remove_leftovers
 from ..errors import CheckpointError, ConfigError, DatasetFileError, UnsupportedCellError
 from ..locking import hold
+from ..mesh.mesh import Mesh
 from ..mesh.symmetry import augment, dihedral
 from ..models import MODELS, build_model
 from ..models.base import RENAMED_ARGUMENTS
+from ..operators import LatentMeshOperator
 from ..optional import require
 from ..mesh.io import to_meshio
 from ..train import NormalizedOperator, RefinedOperator, Trainer, init_distributed, load_checkpoint, training_size
@@ -121,6 +128,9 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--supersample", type=float,
                         help="train and evaluate on the meshes refined to the training mesh's longest edge / F "
                              "(a number >= 1; triangle meshes; default 1: the meshes as they are)")
+    parser.add_argument("--latent-mesh", action="store_true",
+                        help="run the model on the training mesh only: every other mesh's input is interpolated "
+                             "there and the output back (LatentMeshOperator; stored in the checkpoint)")
     parser.add_argument("--symmetries", type=int, metavar="N",
                         help="also train on every sample carried by the 2N symmetries of the dihedral group about "
                              "the training mesh's centroid (4: the square's eight; an integer >= 1)")
@@ -264,6 +274,9 @@ def run(args: argparse.Namespace) -> int:
     if supersample not in (None, 1.0) and args.unweighted:
         raise ConfigError("--unweighted cannot be combined with --supersample: the supersampled model "
                           "integrates with the refined mesh's own weights")
+    if args.latent_mesh and args.unweighted:
+        raise ConfigError("--unweighted cannot be combined with --latent-mesh: the model integrates with the "
+                          "latent mesh's own weights")
     val_fraction = check_setting("--val-fraction", args.val_fraction, float, 0, 1)
     members = check_setting("--ensemble", args.ensemble, int, 1)
     seed = train_kw.pop("seed", 0)
@@ -383,6 +396,9 @@ def _train_one(args: argparse.Namespace, dataset, train, val, group, name: str, 
         raise ConfigError(f"cannot build model {name!r} with {model_kw}: {err}") from err
     if size is not None:
         model = RefinedOperator(model, size)  # every Mesh refines itself, once
+    latent = _latent_mesh(args, first, state, last)
+    if latent is not None:
+        model = LatentMeshOperator(model, latent)
     op = NormalizedOperator(model, unweighted=args.unweighted)
     trainer = Trainer(op, out, progress=not args.no_progress, tensorboard=args.tensorboard,
                       workers=args.workers, overwrite=args.overwrite, **train_kw)
@@ -412,6 +428,18 @@ def _symmetries(args: argparse.Namespace, first) -> list | None:
     w = first.weight.double()[:, None]
     center = ((w * first.pos.double()).sum(0) / w.sum()).tolist()
     return dihedral(args.symmetries, center, math.radians(args.symmetry_angle))
+
+
+def _latent_mesh(args: argparse.Namespace, first, state: dict | None, last: Path) -> Mesh | None:
+    """The mesh the model runs on with ``--latent-mesh`` (the training mesh; when resuming, the
+    one stored in the checkpoint), or ``None``."""
+    stored = None if state is None else state.get("latent")
+    if stored is not None:
+        return Mesh(stored["pos"], stored["weight"], stored["cells"] if len(stored["cells"]) else None)
+    if state is not None and args.latent_mesh:
+        raise ConfigError(f"cannot resume {last}: it was trained without --latent-mesh; drop --latent-mesh, "
+                          "or train into another --out")
+    return Mesh.from_sample(first) if args.latent_mesh else None
 
 
 def _resolve_size(first, mesh: str, supersample: float | None, state: dict | None, last: Path) -> float | None:

@@ -1,4 +1,4 @@
-"""Operators that stand in for a model: normalised, refined, symmetrized, ensembles.
+"""Operators that stand in for a model: normalised, refined, on a latent mesh, symmetrized, ensembles.
 
 Each is called as the models are, ``op(x, mesh, *, query=None)`` with a
 :class:`~geoattn.mesh.Mesh` (the former ``op(x, pos, weight, batch)`` bridged), calls the operator
@@ -7,11 +7,12 @@ wrappers compose in any order and nothing is registered beforehand.
 """
 
 from .ensemble import Ensemble
+from .latent import LatentMeshOperator
 from .normalized import NormalizedOperator
 from .normalizer import GaussianNormalizer
 from .refined import RefinedOperator, ResolvedQuadrature, training_size
 from .symmetrized import SymmetrizedOperator, symmetrize
 from .wrapper import MeshOperator, WrappedOperator
 
-__all__ = ["Ensemble", "GaussianNormalizer", "MeshOperator", "NormalizedOperator", "RefinedOperator",
-           "ResolvedQuadrature", "SymmetrizedOperator", "WrappedOperator", "symmetrize", "training_size"]
+__all__ = ["Ensemble", "GaussianNormalizer", "LatentMeshOperator", "MeshOperator", "NormalizedOperator",
+           "RefinedOperator", "ResolvedQuadrature", "SymmetrizedOperator", "WrappedOperator", "symmetrize", "training_size"]

@@ -1,11 +1,11 @@
 """Training: weighted losses, checkpoints, and the training loop.
 
 The operators that stand in for a model (:class:`NormalizedOperator`, :class:`RefinedOperator`,
-:class:`SymmetrizedOperator`, :class:`Ensemble`) live in :mod:`geoattn.operators` and are
-re-exported here.
+:class:`LatentMeshOperator`, :class:`SymmetrizedOperator`, :class:`Ensemble`) live in
+:mod:`geoattn.operators` and are re-exported here.
 """
 
-from ..operators import (Ensemble, GaussianNormalizer, NormalizedOperator, RefinedOperator,
+from ..operators import (Ensemble, GaussianNormalizer, LatentMeshOperator, NormalizedOperator, RefinedOperator,
                          ResolvedQuadrature, SymmetrizedOperator, symmetrize, training_size)
 from .checkpoint import load_checkpoint, load_operator, operator_payload, save_checkpoint
 from .distributed import init_distributed
@@ -16,6 +16,7 @@ from .trainer import Trainer, evaluate_errors, sample_errors
 __all__ = [
     "Ensemble",
     "GaussianNormalizer",
+    "LatentMeshOperator",
     "NormalizedOperator",
     "RefinedOperator",
     "ResolvedQuadrature",

@@ -32,8 +32,10 @@ import torch
 from .. import __version__
 from ..atomic import atomic_path
 from ..errors import CheckpointError, OutputError
+from ..mesh.mesh import Mesh
 from ..models import build_model
 from ..paths import symlink_loop
+from ..operators.latent import LatentMeshOperator
 from ..operators.normalized import NormalizedOperator
 from ..operators.refined import RefinedOperator
 
@@ -84,13 +86,19 @@ def check_writable(path: str | Path, folder: bool = False) -> Path:
 def operator_payload(operator: NormalizedOperator) -> dict[str, Any]:
     """The part of a checkpoint that rebuilds ``operator``: model name, arguments and weights, and
     for a model trained through :class:`~geoattn.operators.RefinedOperator` its size (entry
-    ``"resolve"``)."""
+    ``"resolve"``), and through :class:`~geoattn.operators.LatentMeshOperator` its latent mesh
+    (entry ``"latent"``: ``pos``, ``weight``, ``cells``)."""
     model, extra = operator.model, {}
+    if isinstance(model, LatentMeshOperator):
+        extra["latent"] = {"pos": model.latent_pos.detach().cpu(), "weight": model.latent_weight.detach().cpu(),
+                           "cells": model.latent_cells.detach().cpu()}
+        model = model.op
     if isinstance(model, RefinedOperator):
-        if not hasattr(model.op, "model_name"):
-            raise TypeError("a checkpoint holds a registered model inside RefinedOperator, got "
-                            f"{type(model.op).__name__}")
-        model, extra = model.op, {"resolve": {"size": model.size}}
+        extra["resolve"] = {"size": model.size}
+        model = model.op
+    if not hasattr(model, "model_name"):
+        raise TypeError("a checkpoint holds a registered model, inside at most a LatentMeshOperator around a "
+                        f"RefinedOperator, got {type(operator.model).__name__} around {type(model).__name__}")
     return {"format": FORMAT, "version": VERSION, "model": model.model_name,
             "model_kwargs": dict(model.hparams), **extra,
             "unweighted": operator.unweighted, "state_dict": operator.state_dict()}
@@ -196,12 +204,17 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", 
 def load_operator(path: str | Path, map_location: str | torch.device = "cpu") -> NormalizedOperator:
     """Rebuild the trained model (with its normalisers) stored in a checkpoint, in eval mode
     (a model trained through :class:`~geoattn.operators.RefinedOperator` inside one, of the
-    stored size)."""
+    stored size; through :class:`~geoattn.operators.LatentMeshOperator`, on the stored latent
+    mesh)."""
     payload = load_checkpoint(path, map_location)
     try:
         model = build_model(payload["model"], **payload["model_kwargs"])
         if "resolve" in payload:  # trained through RefinedOperator (ResolvedQuadrature)
             model = RefinedOperator(model, payload["resolve"]["size"])
+        if "latent" in payload:  # run through LatentMeshOperator
+            latent = payload["latent"]
+            cells = latent["cells"] if len(latent["cells"]) else None
+            model = LatentMeshOperator(model, Mesh(latent["pos"], latent["weight"], cells))
         operator = NormalizedOperator(model, unweighted=payload.get("unweighted", False))
         operator.load_state_dict(payload["state_dict"])
     except (KeyError, TypeError, ValueError, RuntimeError) as err:

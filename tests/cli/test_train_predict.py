@@ -228,14 +228,26 @@ def test_train_refuses_to_replace_a_run_by_accident(trained, tmp_path, capsys):
     assert last.read_bytes() != before
 
 
+def assert_evaluate_scores_the_operator(op, checkpoint, data, folder):
+    """`geoattn evaluate CHECKPOINT DATA` writes, per mesh, the mean error of the reloaded
+    operator ``op`` on that mesh's samples (float32 sums in another order: 1e-5 relative)."""
+    from geoattn.data.dataset import DarcyDataset
+    from geoattn.train.trainer import evaluate_errors
+
+    assert main(["evaluate", str(checkpoint), str(data), "--out", str(folder)]) == 0
+    with open(folder / "crossmesh.csv") as fh:
+        table = {row["mesh"]: float(row["mean"]) for row in csv.DictReader(fh)}
+    for name in ("train", "graded"):
+        assert table[name] == pytest.approx(float(evaluate_errors(op, DarcyDataset(data, mesh=name)).mean()),
+                                            rel=1e-5)
+
+
 def test_supersampled_training_round_trips_through_evaluate_and_predict(trained, tmp_path, capsys):
     """`geoattn train --supersample 2` trains through ResolvedQuadrature (the model sees the
     training mesh refined to half its longest edge), stores the edge, and `evaluate` / `predict`
     refine their meshes to it: their numbers equal the trained operator's on the same meshes."""
-    from geoattn.data.dataset import DarcyDataset
     from geoattn.mesh import Mesh
     from geoattn.train import ResolvedQuadrature, training_size
-    from geoattn.train.trainer import evaluate_errors
 
     tmp, data = trained
     out = tmp_path / "super"
@@ -243,16 +255,10 @@ def test_supersampled_training_round_trips_through_evaluate_and_predict(trained,
            "--epochs", "1", "--batch-size", "2", "--no-progress", "--out", str(out)]
     assert main(run + ["--supersample", "2"]) == 0
     op = load_operator(out / "last.pt")
-    train = DarcyDataset(data, mesh="train")
     assert isinstance(op.model, ResolvedQuadrature)
     assert op.model.size == pytest.approx(training_size(meshio.read("meshes/square_irregular.vtu")) / 2)
     capsys.readouterr()
-    assert main(["evaluate", str(out / "last.pt"), str(data), "--out", str(tmp_path / "ev")]) == 0
-    with open(tmp_path / "ev" / "crossmesh.csv") as fh:
-        table = {row["mesh"]: float(row["mean"]) for row in csv.DictReader(fh)}
-    for name in ("train", "graded"):
-        assert table[name] == pytest.approx(float(evaluate_errors(op, DarcyDataset(data, mesh=name)).mean()),
-                                            rel=1e-5)
+    assert_evaluate_scores_the_operator(op, out / "last.pt", data, tmp_path / "ev")
     mesh = meshio.read("meshes/square_graded.vtu")
     mesh.point_data = {"a": np.exp(mesh.points[:, 0] * mesh.points[:, 1])}
     save_meshio(tmp_path / "in.vtu", mesh)
@@ -432,3 +438,35 @@ def test_a_model_that_needs_its_meshes_trains_evaluates_and_predicts(trained, tm
     with torch.no_grad():
         expected = op(sample.x, Mesh.from_sample(sample))
     assert torch.allclose(read_mesh(tmp_path / "out.vtu", x="prediction").x, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_latent_mesh_training_round_trips_through_evaluate_and_resume(trained, tmp_path, capsys):
+    """`geoattn train --latent-mesh` stores the training mesh as the model's latent mesh:
+    `evaluate` scores every mesh through it, equal to the reloaded operator's own numbers (the
+    graded mesh's input interpolated to the training mesh, the output back); resuming keeps it,
+    and it is refused with --unweighted and when resuming a run trained without it."""
+    from geoattn.data.dataset import DarcyDataset
+    from geoattn.operators import LatentMeshOperator
+
+    tmp, data = trained
+    out = tmp_path / "latent"
+    run = ["train", str(data), "--mesh", "train", "--model", "tno", "--width", "8", "--depth", "1",
+           "--epochs", "1", "--batch-size", "2", "--no-progress", "--out", str(out)]
+    assert main(run + ["--latent-mesh"]) == 0
+    op = load_operator(out / "last.pt")
+    train = DarcyDataset(data, mesh="train")
+    assert isinstance(op.model, LatentMeshOperator)
+    torch.testing.assert_close(op.model.latent_pos, train[0].pos)
+    capsys.readouterr()
+    assert_evaluate_scores_the_operator(op, out / "last.pt", data, tmp_path / "ev")
+    assert main(run + ["--resume"]) == 0  # the stored latent mesh is kept
+    assert isinstance(load_operator(out / "last.pt").model, LatentMeshOperator)
+    capsys.readouterr()
+    assert main(run + ["--overwrite", "--latent-mesh", "--unweighted"]) == 2
+    assert "--unweighted cannot be combined with --latent-mesh" in capsys.readouterr().err
+    plain = tmp_path / "plain"
+    plain_run = run[:-1] + [str(plain)]
+    assert main(plain_run) == 0
+    capsys.readouterr()
+    assert main(plain_run + ["--resume", "--latent-mesh"]) == 2
+    assert "trained without --latent-mesh" in capsys.readouterr().err
