@@ -1,19 +1,24 @@
 """Why ViT-NO loses accuracy across meshes: one factor at a time.
 
-    python benchmarks/vit_transfer.py [--epochs 25] [--mesh-n 16] [--quick]
+    python benchmarks/vit_transfer.py [--epochs 25] [--mesh-n 16] [--seeds 0 1 2] [--quick]
 
 A small ViT-NO is trained on Darcy samples (lognormal) of one irregular mesh of the unit square
 and scored on the same test samples on the training mesh, its refinement, a graded mesh and a
 foreign irregular mesh. Every number is a ratio: (mean weighted relative L2 error on the mesh) /
-(the same on the training mesh). Per trained variant (modes, patches, partition method) the
-columns are
+(the same on the training mesh), averaged over the initialisation seeds (``--seeds``; the data
+stays the same), with the range over seeds for ``direct`` and ``latent``. Per trained variant
+(modes, patches, partition method) the columns are
 
 - ``direct``: the model run on the mesh with the training partition transferred (the default);
 - ``refit``: the same trained model with a partition fitted on the evaluation mesh (same method,
   patches and patch length ``L``): changes the shapes / node sets of the patches only;
-- ``interp``: the mesh's input interpolated to the training mesh, the model run there, its output
-  interpolated back: no discretisation effect of the model at all (what is left is data: the
-  mesh's own FEM targets, the interpolation of input and output);
+- ``in@train``: the model run on the mesh with the training mesh's input function (the
+  piecewise-linear interpolant of the input at the training nodes, read at the mesh's nodes):
+  the same input function on both meshes, so what is left is the model's own discretisation;
+- ``latent``: the model run through :class:`~geoattn.operators.LatentMeshOperator` on the
+  training mesh (the input interpolated there, the output interpolated back): no
+  discretisation effect of the model at all (what is left is data: the mesh's own FEM
+  targets, the interpolation of input and output);
 - ``coef@train``: the model run on the mesh, except that the raw patch Fourier coefficients of the
   lift (before the learned mode weights) are those of the training mesh's nodal quadrature (of
   the mesh's input interpolated there), evaluated at the mesh's nodes in their patch frames
@@ -58,12 +63,13 @@ from geoattn.mesh.partition import partition as make_partition
 from geoattn.models import build_model
 from geoattn.nn.patch_attention import patch_coefficients, patch_evaluate
 from geoattn.nn.spectral import resolved_modes
+from geoattn.operators import LatentMeshOperator
 from geoattn.train import NormalizedOperator, Trainer
 from results_page import add_docs_argument, markdown_table, write_page
 from timing import machine
 
 MESHES = ("train", "refined", "graded", "foreign")
-COLS = ("direct", "refit", "interp", "coef@train", "coef@fine")
+COLS = ("direct", "refit", "in@train", "latent", "coef@train", "coef@fine")
 
 
 def build_meshes(n: int) -> dict:
@@ -140,6 +146,7 @@ def evaluate(op, test: dict, meshes: dict) -> dict:
     tm = meshes["train"]
     fm = meshes["fine"]  # the training mesh refined twice: the quadrature reference
     fine_stencil = {name: linear_interpolation(meshes[name].pos.double(), fm.pos.double()) for name in test}
+    latent = LatentMeshOperator(op, tm)
     out = {}
     with torch.no_grad():
         for name, samples in test.items():
@@ -162,7 +169,8 @@ def evaluate(op, test: dict, meshes: dict) -> dict:
                 cols["coef@fine"].append(rel(run_from_lift(op, lift_from(model, c_fine, em), xn_e, em),
                                              d.y, d.weight))
                 gaps.append(coefficient_gap(c_mesh, c_fine) + coefficient_gap(c_train, c_fine))
-                cols["interp"].append(rel(up(op(x_down, tm).double()), d.y, d.weight))
+                cols["latent"].append(rel(latent(d.x, em), d.y, d.weight))
+                cols["in@train"].append(rel(op(up(x_down.double()).to(d.x.dtype), em), d.y, d.weight))
             fewest, median = patch_counts(model, em)
             # the same model with a partition fitted on this mesh (the training patch length kept)
             own = make_partition(em.pos, em.weight, train_part.num_parts, cells=em.cells, method=train_part.method)
@@ -187,6 +195,8 @@ def main(argv=None):
     parser.add_argument("--n-test", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=25)
     parser.add_argument("--width", type=int, default=32)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0],
+                        help="initialisation seeds, one trained model each (default: 0); the data stays the same")
     parser.add_argument("--quick", action="store_true", help="the base variant only")
     parser.add_argument("--variants", nargs="*", default=None,
                         help="names among: base modes0 modes1 P4 P4m1 metis p1 p1metis P4p1 P4p1s (p1: the "
@@ -195,7 +205,6 @@ def main(argv=None):
     add_docs_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    torch.manual_seed(0)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     t0 = time.time()
     raw = build_meshes(args.mesh_n)
@@ -216,41 +225,55 @@ def main(argv=None):
     chosen = ["base"] if args.quick else (args.variants or list(variants))
     rows = []
     for name in chosen:
-        torch.manual_seed(0)
         kw = dict(partition_method="rcb") | variants[name]
-        model = build_model("vit", in_channels=1, out_channels=1, width=args.width, depth=2, num_heads=4, **kw)
-        op = NormalizedOperator(model)
-        t = time.time()
-        Trainer(op, epochs=args.epochs, batch_size=4, lr=3e-3, progress=False).fit(train)
-        op.eval()
-        res = evaluate(op, test, meshes)
-        print(f"{name}: trained {time.time() - t:.0f}s, train-mesh error {res['train']['abs']:.4f}", flush=True)
-        rows.append((name, kw, res))
-    cols = COLS
-    print("\nratios (mesh error / training-mesh error); nodes/patch = fewest/median of the transferred "
-          "partition; K_res = resolved_modes(fewest)")
-    print(f"{'variant':<8} {'P':>3} {'K':>2} {'mesh':<8} {'abs':>7} " + " ".join(f"{c:>10}" for c in cols)
-          + f" {'nodes/patch':>11} {'K_res':>5} {'dc0':>6} {'dcK':>6} {'dc0_t':>6} {'dcK_t':>6}")
-    for name, kw, res in rows:
-        for mesh, r in res.items():
-            fewest, median = r["nodes/patch"]
-            print(f"{name:<8} {kw['num_patches']:>3} {kw['modes']:>2} {mesh:<8} {r['abs']:>7.4f} "
-                  + " ".join(f"{r[c]:>10.3f}" for c in cols)
-                  + f" {f'{fewest}/{median}':>11} {resolved_modes(fewest, 2):>5} "
-                  + " ".join(f"{g:>6.3f}" for g in r["cgap"]))
+        runs = []
+        for seed in args.seeds:
+            torch.manual_seed(seed)
+            model = build_model("vit", in_channels=1, out_channels=1, width=args.width, depth=2, num_heads=4, **kw)
+            op = NormalizedOperator(model)
+            t = time.time()
+            Trainer(op, epochs=args.epochs, batch_size=4, lr=3e-3, progress=False).fit(train)
+            op.eval()
+            runs.append(evaluate(op, test, meshes))
+            print(f"{name} seed {seed}: trained {time.time() - t:.0f}s, train-mesh error "
+                  f"{runs[-1]['train']['abs']:.4f}", flush=True)
+        rows.append((name, kw, combine(runs)))
+    print("\nratios (mesh error / training-mesh error), mean over seeds [range]; nodes/patch = fewest/median of "
+          "the transferred partition; K_res = resolved_modes(fewest)")
+    head = ["variant", "P", "K", "mesh", "error", *COLS, "nodes/patch", "K_res", "dc0", "dcK", "dc0_t", "dcK_t"]
+    body = [[name, kw["num_patches"], kw["modes"], mesh, f"{r['abs']:.4f}",
+             *(cell(r, c) for c in COLS), "{}/{}".format(*r["nodes/patch"]), resolved_modes(r["nodes/patch"][0], 2),
+             *(f"{g:.3f}" for g in r["cgap"])]
+            for name, kw, res in rows for mesh, r in res.items()]
+    table = markdown_table(head, body)
+    print(table)
     print(f"total {time.time() - t0:.0f}s")
     if args.docs:
-        head = ["variant", "P", "K", "mesh", "error", *cols, "nodes/patch", "K_res", "dc0", "dcK", "dc0_t", "dcK_t"]
-        table = markdown_table(head, [
-            [name, kw["num_patches"], kw["modes"], mesh, f"{r['abs']:.4f}", *(f"{r[c]:.3f}" for c in cols),
-             "{}/{}".format(*r["nodes/patch"]), resolved_modes(r["nodes/patch"][0], 2),
-             *(f"{g:.3f}" for g in r["cgap"])]
-            for name, kw, res in rows for mesh, r in res.items()])
         write_page(args.docs, "Why ViT-NO loses accuracy across meshes (`benchmarks/vit_transfer.py`)",
                    " ".join(["python", "benchmarks/vit_transfer.py", *(argv if argv is not None else sys.argv[1:])]),
                    table, f"{machine(torch.device('cpu'))}; {time.time() - t0:.0f} s; load "
                    f"{os.getloadavg()[0]:.1f} at the end")
     return rows
+
+
+def combine(runs: list[dict]) -> dict:
+    """The mean over seeds of every mesh's numbers, with the range (``lo``, ``hi``) of each ratio."""
+    out = {}
+    for mesh in runs[0]:
+        r = {k: float(np.mean([run[mesh][k] for run in runs])) for k in ("abs", *COLS)}
+        r["range"] = {k: (min(run[mesh][k] for run in runs), max(run[mesh][k] for run in runs)) for k in COLS}
+        r["nodes/patch"] = runs[0][mesh]["nodes/patch"]
+        r["cgap"] = tuple(np.mean([run[mesh]["cgap"] for run in runs], 0).tolist())
+        out[mesh] = r
+    return out
+
+
+def cell(r: dict, col: str) -> str:
+    """A ratio's mean, with its range over seeds for ``direct`` and ``latent`` when it has one."""
+    lo, hi = r["range"][col]
+    if col in ("direct", "latent") and hi > lo:
+        return f"{r[col]:.3f} [{lo:.2f}–{hi:.2f}]"
+    return f"{r[col]:.3f}"
 
 
 if __name__ == "__main__":
