@@ -13,11 +13,8 @@ shift $(( $# > 1 ? 2 : 1 ))
 models=("$@")
 [ ${#models[@]} -gt 0 ] || models=(multigrid mesh_fno neuralop-fno)
 device=${DEVICE:-cuda}
-here=$(cd "$(dirname "$0")" && pwd)
-export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore PYTHONPATH="$(dirname "$here")${PYTHONPATH:+:$PYTHONPATH}"
-mkdir -p "$out"
-python3 -c "import torch; print('device:', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu',
-    'torch', torch.__version__)"
+export PYTHONWARNINGS=ignore
+source "$(dirname "$0")/gpu_env.sh"
 workers=${WORKERS:-$(( $(nproc) / ${#models[@]} ))}
 start=$(date +%s)
 pids=()

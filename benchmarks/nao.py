@@ -98,7 +98,7 @@ def _best_coefficients(model, s, su, sf):
     ``B = [U, 1] [W^K; b^K]`` with each sample's coefficients ``p`` fitted to its own pairs:
     how much of the error is the key basis, and how much the query map's choice of ``p``."""
     key = model.kernel_attention.key
-    U, _ = model.hidden_tokens(s.u / su, s.f / sf, s.mesh.weight, s.mesh_query.weight)
+    U, _ = model.hidden_tokens(s.u / su, s.f / sf, s.mesh, s.mesh_query)
     B = key(U) * (sf / su)  # (S, N, k)
     A = torch.einsum("snk,n,snd->sdk", B, s.mesh.weight[0], s.u)  # pred = A p
     p = torch.linalg.lstsq(A, s.f[:, 0, :, None]).solution  # (S, k, 1)
@@ -142,7 +142,7 @@ def fit_adam_checkpointed(model, u, f, mesh, mesh_query, folder: Path | None = N
                        progress=progress, **settings)
     if last is None:
         return history, time.perf_counter() - tic
-    return history, float(torch.load(last, weights_only=True)["seconds"])
+    return history, float(torch.load(last, weights_only=True, map_location="cpu")["seconds"])
 
 
 def _warm_start(args, model, folder: Path | None, u, f, s0, systems, score) -> dict | None:
@@ -176,51 +176,84 @@ def radial_paper(args, prob, train, tests, u, f, systems, su, sf, results, kerne
     if args.warm_start is not None:  # (absent otherwise: the run folders of cold starts stay valid)
         config |= {"warm_start": args.warm_start, "sweeps": args.sweeps, "ridge": args.ridge}
         name = f"NAO (least squares mu={args.warm_start:g}, then Adam, L={args.layers})"
+    if args.token_norm:  # (absent otherwise, likewise)
+        config |= {"token_norm": True}
+        name = name[:-1] + ", token norm)"
     runs = None if args.out is None else Path(args.out).with_name(Path(args.out).stem + "_runs")
     run = ModelRun(runs, f"radial-L{args.layers}", config)
     torch.manual_seed(args.seed)
-    model = NAO(args.d, dim=1, head_channels=args.dk, layers=args.layers, coord_scale=prob.delta).double()
+    model = NAO(args.d, dim=1, head_channels=args.dk, layers=args.layers, coord_scale=prob.delta,
+                token_norm=args.token_norm).double()
     s0 = train[0]
     done = run.result
     if done is not None:
-        model.load_state_dict(torch.load(run.folder / "last.pt", weights_only=True)["model"])
+        model.load_state_dict(torch.load(run.folder / "last.pt", weights_only=True, map_location="cpu")["model"])
         results[name] = done
         log.info("%s: finished in %s, skipped", name, run.folder)
         scores = {split: done[split] for split in ("train", *tests)}
         _score_radial(model, train, tests, u, f, systems, su, sf, kernels, name)  # the figure's kernels
+    elif args.score_checkpoint:  # a run cut off, scored as it stands: neither trained nor finished
+        last = None if run.folder is None else run.folder / "last.pt"
+        if last is None or not last.exists():
+            raise SystemExit(f"--score-checkpoint: no checkpoint {last} (give the run's --out)")
+        state = torch.load(last, weights_only=True, map_location="cpu")
+        model.load_state_dict(state["model"])
+        history, seconds = list(state["history"]), float(state["seconds"])
+        name = f"{name[:-1]}, epoch {len(history)} of {args.epochs})"
+        scores = _score_radial(model, train, tests, u, f, systems, su, sf, kernels, name)
+        results[name] = {"params": sum(p.numel() for p in model.parameters()), "epochs": len(history),
+                         "train_seconds": seconds, "seconds": seconds, "train_E_f_last": history[-1],
+                         "train_E_f": history, "unfinished": True,
+                         "learning_rate_left": schedule_left(len(history), args)} | scores
     else:
         warm = _warm_start(args, model, run.folder, u / su, f / sf, s0, systems,
                            lambda: _score_radial(model, train, tests, u, f, systems, su, sf, kernels,
                                                  "least squares (warm start)"))
+        device = torch.device(args.device)  # training only; scoring stays on the CPU
+        on = lambda m: TokenMesh(m.pos.to(device), m.weight.to(device))  # noqa: E731
         history, seconds = fit_adam_checkpointed(
-            model, u / su, f / sf, s0.mesh, s0.mesh_query, run.folder, epochs=args.epochs, lr=args.lr,
-            batch_size=args.batch, weight_decay=args.weight_decay, step_size=args.step_size, seed=args.seed,
-            every=args.checkpoint_every, progress=True)
+            model.to(device), (u / su).to(device), (f / sf).to(device), on(s0.mesh), on(s0.mesh_query),
+            run.folder, epochs=args.epochs, lr=args.lr, batch_size=args.batch, weight_decay=args.weight_decay,
+            step_size=args.step_size, seed=args.seed, every=args.checkpoint_every, progress=True)
+        model.cpu()
         tic = time.perf_counter()
         scores = _score_radial(model, train, tests, u, f, systems, su, sf, kernels, name)
         # the model's wall time: training over every session, and scoring
         results[name] = {"params": sum(p.numel() for p in model.parameters()), "epochs": len(history),
                          "train_seconds": seconds, "seconds": seconds + time.perf_counter() - tic,
-                         "train_E_f_last": history[-1], "train_E_f": history} | scores
+                         "train_E_f_last": history[-1], "train_E_f": history,
+                         "device": machine(torch.device(args.device))} | scores
         if warm is not None:
             results[name]["warm_start_scores"] = warm
         run.finish(results[name])
     seconds = results[name]["seconds"]
     history = results[name]["train_E_f"]
+    device = f" ({results[name]['device']})" if "device" in results[name] else ""
     rows = ["| split | E_f (ours) | E_f (paper) | E_K (ours) | E_K (paper) |", "|---|---|---|---|---|"]
     for split in ("train", "ID", "OOD1", "OOD2"):
         paper = PAPER_RADIAL.get(split, {})
         cell = lambda v: "-" if v is None else f"{100 * v:.2f} %"  # noqa: E731
         rows.append(f"| {split} | {cell(scores[split]['E_f'])} | {cell(paper.get('E_f'))} "
                     f"| {cell(scores[split]['E_K'])} | {cell(paper.get('E_K'))} |")
-    table = (f"Radial kernel, {name} (d = {args.d}, d_k = {args.dk}, dx = {args.dx}, {len(history)} epochs, "
+    epochs = (f"{len(history)} of {args.epochs} epochs (cut off; the epochs left hold "
+              f"{100 * results[name]['learning_rate_left']:.2g} % of the schedule's summed learning rate)"
+              if results[name].get("unfinished") else f"{len(history)} epochs")
+    table = (f"Radial kernel, {name} (d = {args.d}, d_k = {args.dk}, dx = {args.dx}, {epochs}, "
              f"learning rate {args.lr:g} x 0.9 every {args.step_size} epochs, "
-             f"{results[name]['params']} parameters, wall time {seconds:.0f} s; paper: Table 1, NAO with "
+             f"{results[name]['params']} parameters, wall time {seconds:.0f} s{device}; paper: Table 1, NAO with "
              "d = 302, d_k = 10, L = 2, 18843 parameters).\n\n"
              + "\n".join(rows))
     print(table)
     results[name]["table"] = table
     return model
+
+
+def schedule_left(epoch: int, args) -> float:
+    """The share of the step schedule's summed learning rate (``lr * 0.9 ** (e // step_size)`` over
+    the epochs ``e``) left after ``epoch`` epochs: a bound on how far Adam, whose steps scale with
+    the learning rate, can still move the weights, relative to how far the whole schedule can."""
+    rates = args.lr * 0.9 ** (np.arange(args.epochs) // args.step_size)
+    return float(rates[epoch:].sum() / rates.sum())
 
 
 #: ``radial --scale cpu`` (the default): the least-squares kernel layer, L = 1, dx = 0.025
@@ -265,7 +298,7 @@ def radial(args):
         name = f"NAO (consistency {mu:g})"
         torch.manual_seed(0)
         model = NAO(args.d, dim=1, head_channels=args.dk, layers=args.layers,
-                    coord_scale=prob.delta).double()
+                    coord_scale=prob.delta, token_norm=args.token_norm).double()
         # the f-token carries the system; an untrained random W^{P,u} would only add a
         # resolution-dependent quadrature of the loadings to the queries
         model.mixer_u.zero_()
@@ -468,6 +501,14 @@ def main(argv=None):
     p.add_argument("--checkpoint-every", type=int, default=100,
                    help="--scale paper: epochs between checkpoints (and after the last); with --out a rerun "
                         "resumes from the last one")
+    p.add_argument("--device", default="cpu",
+                   help="--scale paper: where Adam trains (e.g. cuda); a run cut off may resume on another "
+                        "device; scoring runs on the CPU (default: cpu)")
+    p.add_argument("--token-norm", action="store_true",
+                   help="normalise the hidden layers' updates as the authors' radial code (NAO(token_norm=True))")
+    p.add_argument("--score-checkpoint", action="store_true",
+                   help="--scale paper: score the run's last checkpoint as it stands (a run cut off), "
+                        "without training or finishing it")
     p.add_argument("--sweeps", type=int, default=24, help="least-squares sweeps")
     p.add_argument("--warm-start", type=float, default=None, metavar="MU",
                    help="--scale paper: solve the kernel layer by least squares (consistency MU) before "

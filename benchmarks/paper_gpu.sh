@@ -14,12 +14,8 @@ out=${1:?usage: paper_gpu.sh OUT_DIR [DEADLINE_SECONDS]}
 deadline=${2:-480}
 scale=${SCALE:-paper}    # SCALE=paper-tiny DEVICE=cpu: the script's own check, in seconds
 device=${DEVICE:-cuda}
-here=$(cd "$(dirname "$0")" && pwd)
+source "$(dirname "$0")/gpu_env.sh"
 work=$(mktemp -d)
-export PYTHONUNBUFFERED=1 PYTHONPATH="$(dirname "$here")${PYTHONPATH:+:$PYTHONPATH}"
-mkdir -p "$out"
-python3 -c "import torch; print('device:', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu',
-    'torch', torch.__version__)"
 mkdir -p "$work/res"
 cd "$here"
 start=$(date +%s)

@@ -23,6 +23,7 @@ from .fit import KernelLayerFit, fit_adam, fit_kernel_layer, kernel_layer_object
 from .layer import NonlocalAttention
 from .metrics import kernel_error, operator_error, radial_density, recover_microstructure
 from .model import NAO, DiscreteNAO, KernelNetwork, TokenMesh
+from .norm import TokenNorm
 from .radial import (RadialKernelProblem, RadialSamples, cosine_kernel, diverse_kernels,
                      gaussian_kernel, ood1_kernel, polynomial_kernel, sine_kernel)
 
@@ -46,6 +47,7 @@ __all__ = [
     "RadialKernelProblem",
     "RadialSamples",
     "TokenMesh",
+    "TokenNorm",
     "cosine_kernel",
     "diverse_kernels",
     "fit_adam",

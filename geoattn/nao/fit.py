@@ -185,7 +185,7 @@ def fit_kernel_layer(model, u: torch.Tensor, f: torch.Tensor, mesh: TokenMesh,
     wf = weight_query.expand(B, -1).to(dt)
     g, fd = u.to(dt), f.to(dt)
     c = 1.0 / torch.einsum("bi,bij->b", wf, fd * fd).clamp_min(torch.finfo(dt).tiny)
-    U, F = model.hidden_tokens(u, f, weight, weight_query)
+    U, F = model.hidden_tokens(u, f, mesh, mesh_query)
     Ut, Ft = _with_ones(U.to(dt), bias), _with_ones(F.to(dt), bias)  # (B, N, m), (B, Nf, m)
     wpu, wpf = (m.to(dt) for m in model.mixers(mesh.pos, mesh_query.pos))  # (G, Nq, N), (G, Nq, Nq)
     C = (wpu @ (wu[..., None] * Ut) + wpf @ (wf[..., None] * Ft)) / math.sqrt(dk)  # (B, Nf, m)
@@ -277,7 +277,8 @@ def fit_adam(model, u: torch.Tensor, f: torch.Tensor, mesh: TokenMesh,
         checkpoint (str or Path, optional): a file to keep the run in (model, optimiser, schedule,
             shuffle generator, history and training seconds), written atomically every
             ``checkpoint_every`` epochs and after the last; when it exists, the run continues
-            from it, to the weights of an uninterrupted run (needs ``seed``). (default: ``None``)
+            from it, to the weights of an uninterrupted run (needs ``seed``), also on another
+            device than the one that wrote it. (default: ``None``)
         checkpoint_every (int, optional): epochs between checkpoints. (default: ``100``)
 
     Returns:
@@ -297,7 +298,7 @@ def fit_adam(model, u: torch.Tensor, f: torch.Tensor, mesh: TokenMesh,
     generator = None if seed is None else torch.Generator().manual_seed(seed)
     start, history, before = time.perf_counter(), [], 0.0
     if checkpoint is not None and Path(checkpoint).exists():
-        state = torch.load(checkpoint, weights_only=True)
+        state = torch.load(checkpoint, weights_only=True, map_location="cpu")  # a run may move devices
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["schedule"])

@@ -112,11 +112,16 @@ class NonlocalAttention(nn.Module):
         if lin.bias is not None:
             lin.bias.copy_(W[lin.in_features].to(lin.bias.dtype))
 
-    def forward_dense(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """The layer on padded tokens ``x [B, T, d]`` with weights ``[B, T]`` (0 on padding)."""
+    def update_dense(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """The layer's update :math:`X^{(l)} - X^{(l-1)}` on padded tokens ``x [B, T, d]`` with
+        weights ``[B, T]`` (0 on padding)."""
         q, k = self.project(x)  # (B, T, dk) each
         kx = torch.einsum("btk,bt,btd->bkd", k, weight.to(x.dtype), x)  # (B, dk, d) = ∫ k^T X dy
-        return x + q @ kx
+        return q @ kx
+
+    def forward_dense(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """The layer on padded tokens ``x [B, T, d]`` with weights ``[B, T]`` (0 on padding)."""
+        return x + self.update_dense(x, weight)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor | None, weight: torch.Tensor,
                 batch: torch.Tensor | None = None, *, x_query: torch.Tensor,

@@ -14,8 +14,11 @@ Decisions taken where the paper (Yu et al., NeurIPS 2024) is ambiguous, all docu
   LeakyReLU on *physical coordinates* divided by ``coord_scale`` (the authors use a reference grid
   on :math:`[-1, 1]`, which ties them to one resolution). For the radial problem the f-mesh is
   one point, so :math:`W^{P,u}` becomes a function of :math:`z` and :math:`W^{P,f}` a scalar.
-- No normalisation layers (the authors' LayerNorm over the :math:`2N \times d` slab has
-  resolution-dependent parameters); permutation invariance over pairs is not built in.
+- No normalisation by default. ``token_norm=True`` adds the authors' radial-code normaliser
+  (:class:`~geoattn.nao.TokenNorm`: the update centred over the tokens, then scaled and shifted by
+  coordinate MLPs) to every hidden layer; the authors' Darcy LayerNorm over the
+  :math:`2N \times d` slab has one parameter per node and is not offered. Permutation invariance
+  over pairs is not built in.
 - Training. The prediction is bilinear in the kernel layer's query and key maps, through the
   Gram matrices of the loadings, whose eigenvalues spread over many decades; first-order
   training of those maps is extremely slow. :func:`geoattn.nao.fit_kernel_layer` solves them
@@ -36,6 +39,7 @@ from ..errors import MeshMismatchError
 from ..models.base import NeuralOperator
 from ..nn.functional import dense_batch, num_graphs
 from .layer import NonlocalAttention, join_tokens, split_tokens
+from .norm import TokenNorm
 
 __all__ = ["NAO", "DiscreteNAO", "KernelNetwork", "TokenMesh"]
 
@@ -129,6 +133,8 @@ class NAO(NeuralOperator):
         bias (bool, optional): biases in the query/key maps. (default: ``True``)
         coord_scale (float, optional): length dividing coordinates before the kernel network.
             (default: ``1.0``)
+        token_norm (bool, optional): normalise every hidden layer's update with a
+            :class:`~geoattn.nao.TokenNorm`, as the authors' radial-kernel code. (default: ``False``)
 
     Shapes:
         - **input:** the loadings ``x = g[u] [N, d]`` on the u-mesh ``pos [N, dim]``,
@@ -142,7 +148,8 @@ class NAO(NeuralOperator):
     """
 
     def __init__(self, channels: int, dim: int = 2, head_channels: int = 10, layers: int = 2,
-                 hidden: tuple[int, int] = (32, 64), bias: bool = True, coord_scale: float = 1.0):
+                 hidden: tuple[int, int] = (32, 64), bias: bool = True, coord_scale: float = 1.0,
+                 token_norm: bool = False):
         super().__init__()
         if layers < 1:
             raise ValueError(f"layers must be >= 1 (the kernel layer), got {layers}")
@@ -152,6 +159,9 @@ class NAO(NeuralOperator):
                                     for _ in range(layers - 1))
         self.kernel_attention = NonlocalAttention(channels, head_channels, bias)
         self._build_mixers(dim, tuple(hidden), coord_scale)
+        # built last: the other parameters start as in a model without them (same seed)
+        self.norms = (nn.ModuleList(TokenNorm(dim, tuple(hidden), coord_scale) for _ in range(layers - 1))
+                      if token_norm else None)
 
     def _build_mixers(self, dim, hidden, coord_scale) -> None:
         self.mixer_u = KernelNetwork(dim, hidden, coord_scale)
@@ -174,7 +184,7 @@ class NAO(NeuralOperator):
             ``P [B, Nq, dk]`` and ``k_U [B, N, dk]``.
         """
         mesh_query = mesh if mesh_query is None else mesh_query
-        U, F = self.hidden_tokens(u, f, mesh.weight, mesh_query.weight)
+        U, F = self.hidden_tokens(u, f, mesh, mesh_query)
         qu, _ = self.kernel_attention.project(U)  # (B, N, dk)
         qf, _ = self.kernel_attention.project(F)  # (B, Nq, dk)
         wpu, wpf = self.mixers(mesh.pos, mesh_query.pos)  # (G, Nq, N), (G, Nq, Nq)
@@ -182,13 +192,16 @@ class NAO(NeuralOperator):
              + wpf @ (mesh_query.weight.to(u.dtype)[..., None] * qf))  # (B, Nq, dk)
         return P, self.kernel_attention.key(U)  # (B, Nq, dk), (B, N, dk)
 
-    def hidden_tokens(self, u: torch.Tensor, f: torch.Tensor, weight: torch.Tensor,
-                      weight_query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def hidden_tokens(self, u: torch.Tensor, f: torch.Tensor, mesh: TokenMesh,
+                      mesh_query: TokenMesh) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer-:math:`(L-1)` tokens ``(U [B, N, d], F [B, Nq, d])`` that enter the kernel
-        layer, on padded tensors (weights ``[G, N]`` and ``[G, Nq]``)."""
-        x, w = join_tokens(u, f, weight, weight_query)  # (B, N+Nq, d), (B, N+Nq)
-        for block in self.blocks:
-            x = block.forward_dense(x, w)
+        layer, on padded tensors (the u- and f-meshes as :class:`TokenMesh` es)."""
+        x, w = join_tokens(u, f, mesh.weight, mesh_query.weight)  # (B, N+Nq, d), (B, N+Nq)
+        for i, block in enumerate(self.blocks):
+            if self.norms is None:
+                x = block.forward_dense(x, w)
+            else:
+                x = x + self.norms[i](block.update_dense(x, w), w, mesh.pos)
         return split_tokens(x, u.shape[1])
 
     def forward_dense(self, u: torch.Tensor, f: torch.Tensor, mesh: TokenMesh,

@@ -14,9 +14,16 @@ def reference_kernel(model, u, f, pos, w, pos_f, wf):
     """Eq. (7)/(15) term by term: attention layers as explicit matrices, W^P(x, z) one pair at a
     time, K = sum_z W^{P,u}(x,z) w_z A_uu(z,y) + sum_z W^{P,f}(x,z) wf_z A_fu(z,y)."""
     X, wt = torch.cat([u, f]), torch.cat([w, wf])
-    for block in model.blocks:
+    for i, block in enumerate(model.blocks):
         q, k = block.query(X), block.key(X)
-        X = X + (q @ k.T / math.sqrt(block.head_channels)) @ (wt[:, None] * X)
+        M = (q @ k.T / math.sqrt(block.head_channels)) @ (wt[:, None] * X)
+        if model.norms is not None:  # TokenNorm: b(x) + (M - mean) s(x) on u, beta + (M - mean) gamma on f
+            norm = model.norms[i]
+            M = M - (wt[:, None] * M).sum(0) / wt.sum()
+            for a in range(len(u)):
+                M[a] = norm.shift(pos[a:a + 1])[0] + M[a] * norm.scale(pos[a:a + 1])[0]
+            M[len(u):] = norm.beta + M[len(u):] * norm.gamma
+        X = X + M
     U, F = X[:len(u)], X[len(u):]
     att = model.kernel_attention
     WQK = lambda A, B: att.query(A) @ att.key(B).T / math.sqrt(att.head_channels)  # noqa: E731
@@ -37,10 +44,25 @@ def _system(n, nf, d=4, seed=0, dtype=torch.float64):
             torch.rand(nf, 2, generator=g, dtype=dtype), torch.rand(nf, generator=g, dtype=dtype))
 
 
+def perturbed(model):
+    """``model`` with its normalisers (if any) moved off their start (s = 1, b = 0, gamma = 1,
+    beta = 0): random last layers and scalars, so that every term of TokenNorm is tested."""
+    g = torch.Generator().manual_seed(11)
+    with torch.no_grad():
+        for norm in model.norms or ():
+            for net in (norm.scale, norm.shift):
+                last = net.net[-1]
+                last.weight.copy_(0.3 * torch.randn(last.weight.shape, generator=g, dtype=last.weight.dtype))
+            norm.gamma.fill_(0.7)
+            norm.beta.fill_(-0.2)
+    return model
+
+
+@pytest.mark.parametrize("token_norm", [False, True])
 @pytest.mark.parametrize("layers", [1, 2, 3])
-def test_kernel_and_prediction_equal_the_dense_reference(layers):
+def test_kernel_and_prediction_equal_the_dense_reference(layers, token_norm):
     torch.manual_seed(0)
-    model = NAO(4, dim=2, head_channels=3, layers=layers).double()
+    model = perturbed(NAO(4, dim=2, head_channels=3, layers=layers, token_norm=token_norm).double())
     systems = [_system(9, 5, seed=1), _system(6, 7, seed=2)]
     u, f, pos, w, pos_f, wf = (torch.cat(t) for t in zip(*systems))
     batch = torch.repeat_interleave(torch.arange(2), torch.tensor([9, 6]))
@@ -98,11 +120,13 @@ def test_flat_call_equals_the_dense_methods_on_token_meshes():
         model(u, pos, w, x_query=f, pos_query=pos_f)
 
 
-def test_kernel_converges_under_mesh_refinement():
+@pytest.mark.parametrize("token_norm", [False, True])
+def test_kernel_converges_under_mesh_refinement(token_norm):
     """Fixed continuum data on refinements of an irregular mesh: the kernel K(x_i, y_k) at the
-    coarse nodes converges at order 2 (lumped P1 quadrature in every integral)."""
+    coarse nodes converges at order 2 (lumped P1 quadrature in every integral, the normaliser's
+    token mean included)."""
     torch.manual_seed(2)
-    model = NAO(3, dim=2, head_channels=2).double()
+    model = perturbed(NAO(3, dim=2, head_channels=2, token_norm=token_norm).double())
 
     def fields(p):
         j = torch.arange(1, 4, dtype=p.dtype)
@@ -154,3 +178,21 @@ def test_discrete_nao_is_tied_to_its_mesh():
         model(u, pos + 0.01, w, x_query=f)
     with pytest.raises(MeshMismatchError, match="NAO"):
         model(u[:8], pos[:8], w[:8], x_query=f[:8])
+
+
+def test_token_norm_starts_as_the_centred_update_and_counts_the_authors_parameters():
+    """At initialisation TokenNorm returns the update minus its quadrature mean over all tokens
+    (s = 1, b = 0, gamma = 1, beta = 0); an L = 2 model with it has the authors' 2 x 2241
+    normaliser parameters (DenseNet [1, 32, 64, 1] twice) plus gamma and beta."""
+    from geoattn.nao import TokenNorm
+
+    g = torch.Generator().manual_seed(4)
+    m = torch.randn(2, 7, 3, generator=g, dtype=torch.float64)
+    w = torch.rand(2, 7, generator=g, dtype=torch.float64)
+    pos = torch.rand(1, 5, 1, generator=g, dtype=torch.float64)  # 5 u-tokens, 2 f-tokens
+    out = TokenNorm(1).double()(m, w, pos)
+    mean = (w[..., None] * m).sum(1, keepdim=True) / w.sum(1)[:, None, None]
+    torch.testing.assert_close(out, m - mean, atol=1e-14, rtol=0)
+    plain, normed = NAO(302, dim=1, head_channels=10), NAO(302, dim=1, head_channels=10, token_norm=True)
+    count = lambda model: sum(p.numel() for p in model.parameters())  # noqa: E731
+    assert count(normed) - count(plain) == 2 * 2241 + 2
