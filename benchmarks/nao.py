@@ -188,10 +188,10 @@ def radial_paper(args, prob, train, tests, u, f, systems, su, sf, results, kerne
     done = run.result
     if done is not None:
         model.load_state_dict(torch.load(run.folder / "last.pt", weights_only=True, map_location="cpu")["model"])
-        results[name] = done
         log.info("%s: finished in %s, skipped", name, run.folder)
-        scores = {split: done[split] for split in ("train", *tests)}
-        _score_radial(model, train, tests, u, f, systems, su, sf, kernels, name)  # the figure's kernels
+        fresh = _score_radial(model, train, tests, u, f, systems, su, sf, kernels, name)  # the figure's kernels
+        results[name] = fresh | done  # the saved scores, and those of splits added since (--test-dx)
+        scores = {split: results[name][split] for split in ("train", *tests)}
     elif args.score_checkpoint:  # a run cut off, scored as it stands: neither trained nor finished
         last = None if run.folder is None else run.folder / "last.pt"
         if last is None or not last.exists():
