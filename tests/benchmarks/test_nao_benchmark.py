@@ -73,7 +73,7 @@ def test_run_cut_off_resumes_to_the_uninterrupted_weights(script, tmp_path):
 def test_paper_preset_is_table_1(script):
     assert script.RADIAL_PAPER == {"dx": 0.0125, "d": 302, "dk": 10, "layers": 2, "train_set": "sine",
                                    "epochs": 20000, "lr": 3e-3, "batch": 10, "weight_decay": 1e-5,
-                                   "step_size": 100}
+                                   "step_size": 100, "token_norm": True}
     assert script.PAPER_RADIAL["ID"] == {"E_f": 0.0148, "E_K": 0.0540}
 
 
