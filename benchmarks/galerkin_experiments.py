@@ -475,9 +475,11 @@ def recipe_name(scale: BurgersScale) -> str:
 
 def burgers_markdown(results: dict, scale: BurgersScale) -> str:
     """Markdown table of a Burgers run beside the paper's Table 2a."""
+    options = results["model_options"]
+    dropout = f", feed-forward dropout {options['ff_dropout']:g}" if options.get("ff_dropout") else ""
     out = [f"Burgers, nu = {scale.nu:.4g}: test relative L2 error, mean of {scale.n_test} samples "
            f"({scale.n_train} training samples, {scale.epochs} epochs, width {scale.width}, "
-           f"depth {scale.depth}, block {scale.block}, decoder {scale.decoder}, "
+           f"depth {scale.depth}, block {options['block']}, decoder {options['decoder']}{dropout}, "
            f"recipe {recipe_name(scale)}).\n",
            "| model | n | uniform grid (trained on) | non-uniform (not trained on) | non-uniform / uniform "
            "| node-average ablation (non-uniform) | Cao's density (from u0) | paper (Table 2a, uniform) "
@@ -789,6 +791,9 @@ def main(argv: list[str] | None = None) -> dict:
                              "postln except for the paper presets)")
     parser.add_argument("--norm", choices=("attention", "regular"),
                         help="LayerNorm inside the attention (default) or the regular-LN ablation")
+    parser.add_argument("--ff-dropout", type=float,
+                        help="dropout inside the blocks' feed-forward networks (default 0; Cao's Table 7: "
+                             "0.05 for FT on Burgers)")
     parser.add_argument("--decoder", choices=("pointwise", "spectral"),
                         help="burgers only: pointwise or Cao's spectral decoder (default: the scale's; "
                              "pointwise except for the paper presets)")
@@ -799,8 +804,8 @@ def main(argv: list[str] | None = None) -> dict:
                      f"{', '.join(SCALES[args.experiment])}")
     if args.experiment == "inverse" and args.decoder not in (None, "pointwise"):
         parser.error("--decoder: the inverse experiment answers on another mesh (cross decoder)")
-    options = {k: v for k, v in (("block", args.block), ("norm", args.norm), ("decoder", args.decoder))
-               if v is not None}
+    options = {k: v for k, v in (("block", args.block), ("norm", args.norm), ("decoder", args.decoder),
+                                 ("ff_dropout", args.ff_dropout)) if v is not None}
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     log.setLevel(logging.INFO)
     torch.set_num_threads(args.threads)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..mesh.mesh import Mesh, as_mesh
@@ -17,13 +18,25 @@ class PointwiseMLP(nn.Sequential):
         in_features: input size.
         hidden: hidden size.
         out_features: output size.
+        dropout: dropout on the hidden layer in training mode, as in Cao's feed-forward network
+            (default ``0``: none). It adds no module, so checkpoints keep their keys.
 
     Shapes:
         - ``[N, in_features]`` to ``[N, out_features]``.
     """
 
-    def __init__(self, in_features: int, hidden: int, out_features: int):
+    def __init__(self, in_features: int, hidden: int, out_features: int, dropout: float = 0.0):
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         super().__init__(nn.Linear(in_features, hidden), nn.GELU(), nn.Linear(hidden, out_features))
+        self.dropout = dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.dropout(self[1](self[0](x)), self.dropout, self.training) if self.dropout else self[1](self[0](x))
+        return self[2](h)
+
+    def extra_repr(self) -> str:
+        return f"dropout={self.dropout}" if self.dropout else ""
 
 
 class CoordinateFeatures(nn.Module):
@@ -104,16 +117,18 @@ class EncoderBlock(nn.Module):
         width: channel width ``C``.
         ff_mult: hidden size of :math:`F` as a multiple of ``C`` (default ``2``).
         prenorm: normalise before the mixer and the feed-forward network (default ``False``).
+        ff_dropout: dropout inside :math:`F` (training mode; default ``0``).
 
     Shapes:
         - ``x [N, C]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` to ``[N, C]``.
     """
 
-    def __init__(self, mixer: nn.Module, width: int, ff_mult: int = 2, prenorm: bool = False):
+    def __init__(self, mixer: nn.Module, width: int, ff_mult: int = 2, prenorm: bool = False,
+                 ff_dropout: float = 0.0):
         super().__init__()
         self.mixer = mixer
         self.norm1 = nn.LayerNorm(width)
-        self.ff = PointwiseMLP(width, ff_mult * width, width)
+        self.ff = PointwiseMLP(width, ff_mult * width, width, dropout=ff_dropout)
         self.norm2 = nn.LayerNorm(width)
         self.prenorm = prenorm
 

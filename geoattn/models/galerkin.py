@@ -53,15 +53,17 @@ class CaoBlock(nn.Module):
         width: channel width ``C``.
         ff_mult: hidden size of :math:`F` as a multiple of ``C`` (default ``2``).
         regular: eq. 7 instead of eq. 4 (default ``False``).
+        ff_dropout: dropout inside :math:`F` (training mode; default ``0``; Cao: 0.05 for FT).
 
     Shapes:
         - ``x [N, C]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` to ``[N, C]``.
     """
 
-    def __init__(self, mixer: nn.Module, width: int, ff_mult: int = 2, regular: bool = False):
+    def __init__(self, mixer: nn.Module, width: int, ff_mult: int = 2, regular: bool = False,
+                 ff_dropout: float = 0.0):
         super().__init__()
         self.mixer = mixer
-        self.ff = PointwiseMLP(width, ff_mult * width, width)
+        self.ff = PointwiseMLP(width, ff_mult * width, width, dropout=ff_dropout)
         self.regular = regular
         if regular:
             self.norm1 = nn.LayerNorm(width)
@@ -195,6 +197,8 @@ class GalerkinTransformer(EncoderOperator, name="galerkin"):
         attention_options: further keywords of every attention layer
             (:class:`~geoattn.nn.GalerkinAttention` / :class:`~geoattn.nn.FourierAttention`), e.g.
             ``{"init_gain": 1e-3}``, the Xavier gain of Cao's Fourier-type runs (default ``None``).
+        ff_dropout: dropout inside every block's feed-forward network, in training mode (default
+            ``0``; Cao's Table 7: 0.05 for FT on Burgers, 0 for GT).
 
     Shapes:
         - input: ``model(x, mesh, *, query=None)``: ``x [N, C_in]`` on the nodes of ``mesh`` (a
@@ -210,7 +214,7 @@ class GalerkinTransformer(EncoderOperator, name="galerkin"):
                  depth: int = 3, num_heads: int = 4, ff_mult: int = 2, attention: str = "galerkin",
                  decoder: str = "pointwise", coordinate_features: dict | None = None,
                  block: str = "postln", norm: str = "attention", spectral: dict | None = None,
-                 attention_options: dict | None = None):
+                 attention_options: dict | None = None, ff_dropout: float = 0.0):
         super().__init__()
         for name, value, allowed in (("attention", attention, sorted(_ATTENTION)),
                                      ("block", block, BLOCKS), ("norm", norm, NORMS),
@@ -230,10 +234,10 @@ class GalerkinTransformer(EncoderOperator, name="galerkin"):
         self.inputs = CoordinateFeatures.of(in_channels, dim, coordinate_features)
         self.lift = PointwiseMLP(self.inputs.out_features, width, width)
         if block == "cao":
-            blocks = (CaoBlock(attention_layer(), width, ff_mult, regular=not layer_norm)
+            blocks = (CaoBlock(attention_layer(), width, ff_mult, regular=not layer_norm, ff_dropout=ff_dropout)
                       for _ in range(depth))
         else:
-            blocks = (EncoderBlock(attention_layer(), width, ff_mult) for _ in range(depth))
+            blocks = (EncoderBlock(attention_layer(), width, ff_mult, ff_dropout=ff_dropout) for _ in range(depth))
         self.blocks = nn.ModuleList(blocks)
         if decoder == "spectral":
             self.spectral_decoder = SpectralDecoder(width, dim, **(spectral or {}))

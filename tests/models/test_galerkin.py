@@ -292,3 +292,42 @@ def test_spectral_decoder_passes_the_period_on():
     with torch.no_grad():
         torch.testing.assert_close(decoder(h.roll(3, 0), pos, w), decoder(h, pos, w).roll(3, 0),
                                    atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize("block", ["cao", "postln"])
+def test_feed_forward_dropout_is_cao_s_and_leaves_evaluation_and_keys_alone(block):
+    """``ff_dropout`` drops the hidden units of every block's feed-forward network in training
+    mode. With the second layer summing hidden units j and j + 8 into output j, each output is
+    (m_1 h_j + m_2 h_(j+8)) / (1 - p) for one mask pair m in {0, 1}^2 (dropout on the output
+    would allow only m_1 = m_2), and the share of dropped units is p (1536 draws of a
+    Bernoulli(0.25): standard deviation 0.011, the bound 0.06 is over 5 of them). In evaluation
+    mode and in its state-dict keys the model is the one without dropout."""
+    p = 0.25
+    with_drop = GalerkinTransformer(2, 1, width=8, depth=2, num_heads=2, block=block, ff_dropout=p)
+    plain = GalerkinTransformer(2, 1, width=8, depth=2, num_heads=2, block=block)
+    assert with_drop.state_dict().keys() == plain.state_dict().keys()
+    plain.load_state_dict(with_drop.state_dict())  # strict
+    x, pos, w, batch = _graphs()
+    x, pos, w = x.float(), pos.float(), w.float()
+    with_drop.eval()
+    plain.eval()
+    torch.testing.assert_close(with_drop(x, pos, w, batch), plain(x, pos, w, batch), rtol=0, atol=0)
+    ff = with_drop.blocks[0].ff
+    assert ff.dropout == p and "dropout=0.25" in repr(ff)
+    ff.train()
+    with torch.no_grad():
+        ff[2].weight.copy_(torch.cat([torch.eye(8), torch.eye(8)], dim=1))
+        ff[2].bias.zero_()
+        torch.manual_seed(0)
+        out = ff(torch.randn(96, 8))
+        torch.manual_seed(0)
+        h = ff[1](ff[0](torch.randn(96, 8)))
+    masks = torch.tensor([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=h.dtype)  # (m_1, m_2)
+    candidates = (masks[:, 0, None, None] * h[:, :8] + masks[:, 1, None, None] * h[:, 8:]) / (1 - p)
+    gap, which = (candidates - out).abs().min(0)  # the mask pair of each output entry
+    assert float(gap.max()) < 1e-5, float(gap.max())
+    assert abs(float(1 - masks[which].mean()) - p) < 0.06
+    single = (masks[which].sum(-1) == 1).double().mean()  # 2 p (1 - p) = 0.375 expected
+    assert abs(float(single) - 2 * p * (1 - p)) < 0.08
+    with pytest.raises(ValueError, match="dropout must be in"):
+        GalerkinTransformer(1, 1, ff_dropout=1.0)
