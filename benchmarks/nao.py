@@ -128,7 +128,21 @@ def _score_radial(model, train, tests, u, f, systems, su, sf, kernels, name) -> 
         else:
             kernels[(name, split)] = K[0].numpy()  # the first test sample's kernel
             out[split]["best_coefficients"] = _best_coefficients(model, s, su, sf)
+            out[split] |= kernel_error_parts(K, s.kernel, m.weight[0], radial_density(su_).mean(0), m.pos[0, :, 0])
     return out
+
+
+def kernel_error_parts(K, truth, weight, rho, r, near: float = 1.0) -> dict:
+    """Where a split's E_K comes from, for the kernels ``K [S, N]`` its S samples (of one true
+    kernel ``truth [N]``) give: the E_K of their mean kernel (bias), their spread about it
+    relative to the truth (variance; the mean E_K^2 is about bias^2 + spread^2), and the share of
+    the mean squared error from ``r < near``; all in L^2(rho) with the quadrature ``weight``."""
+    w = weight * rho
+    norm = (w * truth**2).sum()
+    err2 = (w * (K - truth) ** 2).sum(0) / norm  # (N,) averaged below over the samples
+    return {"E_K_of_mean_kernel": float(((w * (K.mean(0) - truth) ** 2).sum() / norm).sqrt()),
+            "E_K_spread": float(((w * K.var(0, unbiased=False)).sum() / norm).sqrt()),
+            f"E_K2_share_r_below_{near:g}": float(err2[r < near].sum() / err2.sum())}
 
 
 def fit_adam_checkpointed(model, u, f, mesh, mesh_query, folder: Path | None = None, *, every: int = 100,
@@ -477,7 +491,17 @@ def docs_table(problem: str, results: dict) -> str:
                  for split, e in r["warm_start_scores"].items() if isinstance(e, dict) and "E_f" in e]
         rows += [("paper, NAO (Table 1)", split, percent(e["E_f"]), percent(e["E_K"]))
                  for split, e in PAPER_RADIAL.items()]
-        return markdown_table(["model", "split", "E_f", "E_K"], rows)
+        parts = [(name, split, percent(e["E_K"]), percent(e["E_K_of_mean_kernel"]), percent(e["E_K_spread"]),
+                  f"{e['E_K2_share_r_below_1']:.2f}")
+                 for name, r in results.items() if name.startswith("NAO")
+                 for split, e in r.items() if isinstance(e, dict) and "E_K_spread" in e]
+        table = markdown_table(["model", "split", "E_f", "E_K"], rows)
+        if parts:
+            table += ("\n\nWhere E_K comes from (each test split holds several samples of one kernel, each of d pairs; "
+                      "mean E_K^2 is about bias^2 + spread^2):\n\n"
+                      + markdown_table(["model", "split", "E_K (mean over samples)", "E_K of the mean kernel (bias)",
+                                        "spread of the samples' kernels", "share of the error from r < 1"], parts))
+        return table
     rows = [(mesh, results[mesh]["nodes"], percent(results[mesh]["E_f"])) for mesh in ("train", "refined", "graded")]
     table = markdown_table(["mesh", "nodes", "E_f"], rows)
     return table + f"\n\nE_K {percent(results['E_K'])}; {results['params']} parameters."
