@@ -20,6 +20,7 @@ import logging
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +29,8 @@ import torch
 from geoattn.data.darcy import PiecewiseConstant
 from geoattn.data.grf import GaussianRandomField, preset
 from geoattn.mesh import families, from_meshio
-from geoattn.nao import (NAO, RadialKernelProblem, TokenMesh, diverse_kernels, fit_adam,
-                         fit_kernel_layer, gaussian_kernel, green_kernel, kernel_error,
+from geoattn.nao import (NAO, RadialKernelProblem, RadialSamples, TokenMesh, diverse_kernels,
+                         fit_adam, fit_kernel_layer, gaussian_kernel, green_kernel, kernel_error,
                          microstructure_tasks, normal_equations, ood1_kernel, operator_error,
                          radial_density, recover_microstructure, sine_kernel)
 from runs import ModelRun
@@ -194,6 +195,9 @@ def radial_paper(args, prob, train, tests, u, f, systems, su, sf, results, kerne
     if args.token_norm:  # (absent otherwise, likewise)
         config |= {"token_norm": True}
         name = name[:-1] + ", token norm)"
+    if args.length_unit != 1.0:  # (absent otherwise, likewise)
+        config |= {"length_unit": args.length_unit}
+        name = name[:-1] + f", length unit {args.length_unit:g})"
     if args.dtype != "float64":  # (absent otherwise, likewise)
         config |= {"dtype": args.dtype}
         name = name[:-1] + f", {args.dtype})"
@@ -268,6 +272,16 @@ def radial_paper(args, prob, train, tests, u, f, systems, su, sf, results, kerne
     return model
 
 
+def in_length_unit(s: RadialSamples, unit: float) -> RadialSamples:
+    """The samples ``s`` with lengths measured in ``unit``: the r-grid's quadrature weights
+    ``dr / unit`` and the kernel ``K * unit`` (so every Riemann sum, E_f and E_K are unchanged).
+    The model's layers then sum with the smaller weights: the authors' code weights them with the
+    spacing 2 / (N - 1) of [-1, 1], i.e. ``unit`` = delta / 2."""
+    if unit == 1.0:
+        return s
+    return replace(s, mesh=TokenMesh(s.mesh.pos, s.mesh.weight / unit), kernel=s.kernel * unit)
+
+
 def schedule_left(epoch: int, args) -> float:
     """The share of the step schedule's summed learning rate (``lr * 0.9 ** (e // step_size)`` over
     the epochs ``e``) left after ``epoch`` epochs: a bound on how far Adam, whose steps scale with
@@ -295,6 +309,8 @@ def radial(args):
     train = [prob.samples(k, args.d) for k in kernels_train]
     tests = {"ID": prob.samples(sine_kernel(5.0), args.d), "OOD1": prob.samples(ood1_kernel, args.d),
              "OOD2": prob.samples(gaussian_kernel, args.d)}
+    unit = lambda s: in_length_unit(s, args.length_unit)  # noqa: E731
+    train, tests = [unit(s) for s in train], {k: unit(s) for k, s in tests.items()}
     s0 = train[0]
     u = torch.cat([s.u for s in train])
     f = torch.cat([s.f for s in train])
@@ -310,7 +326,7 @@ def radial(args):
         other = RadialKernelProblem(dx=args.test_dx, x_spacing=prob.x_spacing)  # same features
         for split, kern in (("ID", sine_kernel(5.0)), ("OOD1", ood1_kernel),
                             ("OOD2", gaussian_kernel)):
-            tests[f"{split} at dx={args.test_dx:g}"] = other.samples(kern, args.d)
+            tests[f"{split} at dx={args.test_dx:g}"] = unit(other.samples(kern, args.d))
     kernels = {}
     if args.scale == "paper":
         radial_paper(args, prob, train, tests, u, f, systems, su, sf, results, kernels)
@@ -534,6 +550,9 @@ def main(argv=None):
     p.add_argument("--device", default="cpu",
                    help="--scale paper: where Adam trains (e.g. cuda); a run cut off may resume on another "
                         "device; scoring runs on the CPU (default: cpu)")
+    p.add_argument("--length-unit", type=float, default=1.0,
+                   help="measure lengths in this unit: the layers' quadrature weights become dr / unit "
+                        "(the authors' code: 2 / (N - 1), i.e. unit = delta / 2 = 5.5)")
     p.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                    help="--scale paper: the precision of training (scoring is in float64); float32 "
                         "is about 2.5x faster on a CPU")

@@ -103,3 +103,27 @@ def test_warm_start_solves_the_kernel_layer_once_and_keeps_its_scores(script, tm
     assert torch.equal(untouched.mixer_u.rest[-1].weight, _problem()[0].mixer_u.rest[-1].weight)
     assert script._warm_start(SimpleNamespace(warm_start=None), untouched, tmp_path, u, f, s0, systems,
                               lambda: pytest.fail("scored")) is None
+
+
+def test_length_unit_changes_the_layers_weights_but_no_riemann_sum_nor_error(script):
+    """--length-unit L: weights dr / L and kernel K * L. Every Riemann sum of the kernel, so E_f,
+    and the relative E_K of any kernel in the same units stay as they are (to rounding); the
+    model's layers see weights L times smaller. A unit that scaled only the weights (or only the
+    kernel) would change E_f by the factor L."""
+    from geoattn.nao import RadialKernelProblem, sine_kernel
+
+    s = RadialKernelProblem(dx=0.1).samples(sine_kernel(2.0), 20)
+    t = script.in_length_unit(s, 5.5)
+    assert script.in_length_unit(s, 1.0) is s
+    torch.testing.assert_close(t.mesh.weight, s.mesh.weight / 5.5)
+    torch.testing.assert_close(t.mesh.pos, s.mesh.pos)
+    wrong = 1.1 * s.kernel  # a kernel 10 % off: E_K 0.1 in either unit
+    for K_s, K_t in ((s.kernel, t.kernel), (wrong, 5.5 * wrong)):
+        ef, ek = script._errors(K_s.expand(len(s.u), -1), s)
+        ef_t, ek_t = script._errors(K_t.expand(len(s.u), -1), t)
+        torch.testing.assert_close(ef_t, ef, rtol=1e-12, atol=1e-15)
+        torch.testing.assert_close(ek_t, ek, rtol=1e-12, atol=1e-15)
+    assert float(script._errors(wrong.expand(len(s.u), -1), s)[1].max()) == pytest.approx(0.1)
+    half = script.in_length_unit(s, 5.5)
+    half.kernel = s.kernel  # weights scaled, kernel not: the prediction shrinks by L, E_f ~ 1 - 1/L = 0.82
+    assert float(script._errors(s.kernel.expand(len(s.u), -1), half)[0].min()) > 0.7
