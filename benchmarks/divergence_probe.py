@@ -18,6 +18,7 @@ import argparse
 import json
 import statistics
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -32,8 +33,10 @@ class Stop(Exception):
     """The probe's last epoch is done."""
 
 
-def probe(model_name: str, n: int, ff_dropout: float, epochs: int, data_cache: Path | None) -> list[dict]:
+def probe(model_name: str, n: int, ff_dropout: float, epochs: int, data_cache: Path | None,
+          lr: float | None = None) -> list[dict]:
     scale = ge.SCALES["burgers"]["paper"]
+    scale = scale if lr is None else replace(scale, lr=lr)
     train_data, _ = ge.burgers_split(scale, 0, False, data_cache)
     train = scale.coordinates_of(ge.uniform_samples(train_data, n))
     options = scale.model_options() | ({"ff_dropout": ff_dropout} if ff_dropout else {})
@@ -100,12 +103,13 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--n", type=int, default=512)
     parser.add_argument("--ff-dropout", type=float, default=0.0)
     parser.add_argument("--epochs", type=int, default=20, help="epochs to probe (of the schedule's 100)")
+    parser.add_argument("--lr", type=float, help="the schedule's peak rate (default: the preset's, 1e-3)")
     parser.add_argument("--factor", type=float, default=10.0)
     parser.add_argument("--data-cache", type=Path)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    rows = probe(args.model, args.n, args.ff_dropout, args.epochs, args.data_cache)
+    rows = probe(args.model, args.n, args.ff_dropout, args.epochs, args.data_cache, args.lr)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(rows))
