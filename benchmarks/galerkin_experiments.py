@@ -760,6 +760,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--epochs", type=int, help="override the scale's epochs")
     parser.add_argument("--n-train", type=int, help="override the scale's training samples")
     parser.add_argument("--width", type=int, help="override the scale's width")
+    parser.add_argument("--lr", type=float, help="override the scale's peak learning rate (every model's)")
     parser.add_argument("--data-cache", type=Path,
                         help="burgers: folder for the solved samples, shared by runs of the same data")
     parser.add_argument("--workers", type=int, default=1,
@@ -811,7 +812,9 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     scale = SCALES[args.experiment][args.scale]
     scale = replace(scale, **{k: v for k, v in (("epochs", args.epochs), ("n_train", args.n_train),
-                                                  ("width", args.width)) if v is not None})
+                                                  ("width", args.width), ("lr", args.lr)) if v is not None})
+    if args.lr is not None and getattr(scale, "fourier_lr", None):  # (the inverse experiment's FT rate)
+        scale = replace(scale, fourier_lr=args.lr)
     if args.resolutions:
         scale = replace(scale, resolutions=tuple(args.resolutions))
     recipe = {k: v for k, v in (("h1_gamma", args.h1_gamma), ("schedule", args.schedule),

@@ -18,10 +18,14 @@ Tokens (eq. (20)): the u-mesh (the model's source mesh) is the r-grid :math:`r_k
 :math:`N = \lfloor \delta/\Delta r \rfloor`, with weights :math:`\Delta r`; the features are
 :math:`d` sample points :math:`x_j` (each "pair" is :math:`(g[u](\cdot, x_j), f(x_j))`); the f-mesh
 (the model's query mesh) is a single point (coordinate 0, weight 1). The pairs of a task are all
-:math:`(u_i, x_j)` with :math:`|x_j| \le \pi + \delta` on a grid of spacing :math:`\Delta x`
-(by default :math:`\Delta r`),
-and sample :math:`s` of :math:`S = \lfloor P/d \rfloor` takes pairs :math:`s, s+S, \dots` (strided
-subsampling, as the authors' code).
+:math:`(u_i, x_j)` with :math:`x_j = j \Delta x`, :math:`|j| \le \lceil (\pi + \delta)/\Delta x \rceil`
+(the last point past which :math:`f` vanishes; :math:`\Delta x` is by default :math:`\Delta r`),
+and sample :math:`s` takes from each loading's :math:`P_i` points the points
+:math:`s, s+S, \dots`, :math:`d/n` of them for :math:`n` loadings, with one stride :math:`S` for
+all (strided subsampling, as the authors' code). So feature :math:`j` of every sample holds the
+same loading near the same point :math:`x`. At the paper's :math:`\Delta x = 0.0125` and
+:math:`d = 302` this is the authors' layout: 2265 points per loading, 15 samples of
+:math:`151 + 151` pairs.
 """
 
 from __future__ import annotations
@@ -137,8 +141,8 @@ class RadialKernelProblem:
         self.dx, self.delta, self.loadings = float(dx), float(delta), tuple(loadings)
         self.x_spacing = self.dx if x_spacing is None else float(x_spacing)
         self.r = self.dx * np.arange(1, int(math.floor(delta / dx + 1e-9)) + 1)  # (N,)
-        half = int(math.floor((np.pi + delta) / self.x_spacing))
-        self.x = self.x_spacing * np.arange(-half, half + 1)  # points where f can be nonzero
+        half = int(math.ceil((np.pi + delta) / self.x_spacing - 1e-9))
+        self.x = self.x_spacing * np.arange(-half, half + 1)  # f vanishes past the last point
 
     def pairs(self, kernel: Callable) -> tuple[np.ndarray, np.ndarray]:
         """All pairs of a task: loadings ``[N, P]`` on the r-grid and responses ``[P]``."""
@@ -146,13 +150,23 @@ class RadialKernelProblem:
         f = [response(kernel, u, self.x, self.delta) for u in self.loadings]
         return np.concatenate(g, 1), np.concatenate(f)
 
-    def samples(self, kernel: Callable, d: int, dtype: torch.dtype = torch.float64) -> RadialSamples:
-        """The :math:`\\lfloor P/d \\rfloor` samples of ``d`` strided pairs of one task."""
-        g, f = self.pairs(kernel)
-        S = g.shape[1] // d
+    def sample_pairs(self, d: int) -> np.ndarray:
+        """The pairs of each sample, ``[S, d]`` indices into :meth:`pairs`: sample ``s`` takes the
+        points ``s, s + S, ...`` of each loading, ``d / n`` of them for ``n`` loadings (the first
+        ``d % n`` loadings one more), with the largest stride ``S`` that fits."""
+        n, P = len(self.loadings), len(self.x)
+        per = [d // n + (i < d % n) for i in range(n)]  # features per loading
+        S = P // max(per)
         if S < 1:
-            raise ValueError(f"a task has {g.shape[1]} pairs at dx={self.dx}, fewer than d={d}")
-        idx = np.stack([np.arange(s, g.shape[1], S)[:d] for s in range(S)])  # (S, d)
+            raise ValueError(f"a task has {P} points per loading at dx={self.x_spacing}, fewer than "
+                             f"the {max(per)} features per loading of d={d}")
+        return np.stack([np.concatenate([i * P + s + S * np.arange(k) for i, k in enumerate(per)])
+                         for s in range(S)])
+
+    def samples(self, kernel: Callable, d: int, dtype: torch.dtype = torch.float64) -> RadialSamples:
+        """The samples of ``d`` strided pairs of one task (:meth:`sample_pairs`)."""
+        g, f = self.pairs(kernel)
+        idx = self.sample_pairs(d)  # (S, d)
         t = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=dtype)  # noqa: E731
         return RadialSamples(u=t(g[:, idx].transpose(1, 0, 2)), f=t(f[idx][:, None, :]),
                              mesh=TokenMesh.of(t(self.r[:, None]), t(np.full(len(self.r), self.dx))),

@@ -39,7 +39,7 @@ def test_samples_are_strided_pairs_and_the_model_riemann_sum_approximates_f():
     prob = RadialKernelProblem(dx=0.05)
     s = prob.samples(sine_kernel(5.0), d=100)
     S, N, d = s.u.shape
-    assert (N, d) == (220, 100) and s.f.shape == (S, 1, d) and S == (2 * len(prob.x)) // 100
+    assert (N, d) == (220, 100) and s.f.shape == (S, 1, d) and S == len(prob.x) // 50
     # the r-grid r_k = k dx with weights dx, and the one-point f-mesh (coordinate 0, weight 1)
     assert s.mesh.pos.shape == (1, N, 1) and s.mesh.weight.shape == (1, N)
     torch.testing.assert_close(s.mesh.pos[0, :, 0], 0.05 * torch.arange(1, N + 1, dtype=s.u.dtype))
@@ -52,6 +52,28 @@ def test_samples_are_strided_pairs_and_the_model_riemann_sum_approximates_f():
     fine = RadialKernelProblem(dx=0.0125).samples(sine_kernel(5.0), d=100)
     err_fine = ((fine.mesh.weight[0] * fine.kernel) @ fine.u - fine.f[:, 0]).norm() / fine.f.norm()
     assert err_fine < err / 2  # first order (jumps of u): the error falls with dx
+
+
+def test_each_feature_holds_one_loading_near_one_point_in_every_sample():
+    """The authors' layout at the paper's dx = 0.0125, d = 302: 2265 points per loading (|x| up
+    to the last grid point past which f vanishes), 15 samples of 151 + 151 pairs that use every
+    pair once; feature j of every sample is loading 1 (j < 151) or 2 at x_j + s dx, s < 15."""
+    prob = RadialKernelProblem(dx=0.0125)
+    assert len(prob.x) == 2265 and prob.x[-1] > np.pi + prob.delta > prob.x[-2]
+    n, P = 2, len(prob.x)
+    s = prob.samples(sine_kernel(5.0), 302)
+    assert s.u.shape == (15, 880, 302)
+    idx = prob.sample_pairs(302)
+    g, f = prob.pairs(sine_kernel(5.0))
+    torch.testing.assert_close(s.u, torch.as_tensor(g[:, idx]).permute(1, 0, 2), rtol=0, atol=0)
+    torch.testing.assert_close(s.f[:, 0], torch.as_tensor(f[idx]), rtol=0, atol=0)
+    assert sorted(idx.ravel().tolist()) == list(range(n * P))  # every pair once
+    loading_of, point_of = idx // P, idx % P
+    assert (loading_of[:, :151] == 0).all() and (loading_of[:, 151:] == 1).all()
+    assert (point_of - point_of[0] == np.arange(15)[:, None]).all()
+    # an odd d: the first loading takes one feature more
+    odd = prob.samples(sine_kernel(5.0), 301)
+    assert odd.u.shape[2] == 301 and odd.u.shape[0] == P // 151
 
 
 def test_fixed_x_spacing_gives_the_same_features_on_every_r_grid():
