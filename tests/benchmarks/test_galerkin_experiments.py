@@ -102,6 +102,8 @@ def test_burgers_run_cut_off_resumes_to_the_uninterrupted_result(script, tmp_pat
     assert again == resumed
     with pytest.raises(ValueError, match="other settings"):
         script.main(args + ["--out", str(tmp_path / "cut"), "--epochs", "2"])
+    with pytest.raises(ValueError, match="other settings"):  # --lr reaches the runs' settings
+        script.main(args + ["--out", str(tmp_path / "cut"), "--lr", "5e-4"])
 
 
 def test_burgers_samples_solved_in_parallel_and_cached_equal_the_serial_solve(script, tmp_path):
