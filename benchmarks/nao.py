@@ -29,6 +29,7 @@ import torch
 from geoattn.data.darcy import PiecewiseConstant
 from geoattn.data.grf import GaussianRandomField, preset
 from geoattn.mesh import families, from_meshio
+from geoattn.nao.radial import LOADINGS
 from geoattn.nao import (NAO, RadialKernelProblem, RadialSamples, TokenMesh, diverse_kernels,
                          fit_adam, fit_kernel_layer, gaussian_kernel, green_kernel, kernel_error,
                          microstructure_tasks, normal_equations, ood1_kernel, operator_error,
@@ -291,6 +292,10 @@ def schedule_left(epoch: int, args) -> float:
 
 
 #: ``radial --scale cpu`` (the default): the least-squares kernel layer, L = 1, dx = 0.025
+#: ``--loadings``: the paper's two loadings, or a diagnostic pair without the jump of
+#: cos(x) 1_[-pi, pi] at +-pi (1 + cos x is continuous there, with its derivative).
+RADIAL_LOADINGS = {"paper": LOADINGS,
+                   "continuous": (lambda x: (1 + np.cos(x)) * (np.abs(x) <= np.pi), LOADINGS[1])}
 RADIAL_CPU = {"dx": 0.025, "d": 302, "dk": 10, "layers": 1, "train_set": "sine", "epochs": 0,
               "lr": 3e-3, "batch": 10, "weight_decay": 1e-5, "step_size": 100, "token_norm": False}
 
@@ -303,7 +308,7 @@ def radial(args):
     for key, value in RADIAL_CPU.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    prob = RadialKernelProblem(dx=args.dx)
+    prob = RadialKernelProblem(dx=args.dx, loadings=RADIAL_LOADINGS[args.loadings])
     kernels_train = ([sine_kernel(eta) for eta in (1, 2, 3, 4, 6, 7, 8)] if args.train_set == "sine"
                      else diverse_kernels())
     train = [prob.samples(k, args.d) for k in kernels_train]
@@ -323,7 +328,7 @@ def radial(args):
     results = {"setting": vars(args), "train_samples": len(u), "tokens": u.shape[1],
                "baselines": radial_baselines(train, tests)}
     if args.test_dx:  # the trained model on the test kernels at another resolution
-        other = RadialKernelProblem(dx=args.test_dx, x_spacing=prob.x_spacing)  # same features
+        other = RadialKernelProblem(dx=args.test_dx, x_spacing=prob.x_spacing, loadings=prob.loadings)  # same features
         for split, kern in (("ID", sine_kernel(5.0)), ("OOD1", ood1_kernel),
                             ("OOD2", gaussian_kernel)):
             tests[f"{split} at dx={args.test_dx:g}"] = unit(other.samples(kern, args.d))
@@ -562,6 +567,9 @@ def main(argv=None):
     p.add_argument("--score-checkpoint", action="store_true",
                    help="--scale paper: score the run's last checkpoint as it stands (a run cut off), "
                         "without training or finishing it")
+    p.add_argument("--loadings", choices=tuple(RADIAL_LOADINGS), default="paper",
+                   help="paper: cos(x) and sin(2x) cut off outside [-pi, pi]; continuous: 1 + cos(x) for the "
+                        "first, which has no jump at +-pi (a diagnostic of the kernels' steps)")
     p.add_argument("--sweeps", type=int, default=24, help="least-squares sweeps")
     p.add_argument("--warm-start", type=float, default=None, metavar="MU",
                    help="--scale paper: solve the kernel layer by least squares (consistency MU) before "
