@@ -112,7 +112,7 @@ def _best_coefficients(model, s, su, sf):
 @torch.no_grad()
 def _score_radial(model, train, tests, u, f, systems, su, sf, kernels, name) -> dict:
     """E_f and E_K of ``model`` on the training samples (``u``, ``f``) and on each test split;
-    the first test sample's kernel of each split goes to ``kernels[(name, split)]``."""
+    every test sample's kernel of each split goes to ``kernels[(name, split)]`` ``[S, N]``."""
     out, s0 = {}, train[0]
     for split, s in {"train": None, **tests}.items():
         su_, sf_ = (u, f) if s is None else (s.u, s.f)
@@ -128,7 +128,7 @@ def _score_radial(model, train, tests, u, f, systems, su, sf, kernels, name) -> 
         if s is None:  # mean E_K of each training system's samples
             out[split]["E_K_per_system"] = [float(ek[systems == i].mean()) for i in range(len(train))]
         else:
-            kernels[(name, split)] = K[0].numpy()  # the first test sample's kernel
+            kernels[(name, split)] = K.numpy()  # every test sample's kernel
             out[split]["best_coefficients"] = _best_coefficients(model, s, su, sf)
             out[split] |= kernel_error_parts(K, s.kernel, m.weight[0], radial_density(su_).mean(0), m.pos[0, :, 0])
     return out
@@ -358,14 +358,18 @@ def radial(args):
         r = s0.mesh.pos[0, :, 0].numpy()
         for ax, split in zip(axes, ("ID", "OOD1", "OOD2")):
             ax.plot(r, tests[split].kernel.numpy(), "k-", label="true", lw=2)
+            names = list(dict.fromkeys(name for name, _ in kernels))
             for (name, sp), K in kernels.items():
-                if sp == split:
-                    ax.plot(r, K, label=name, lw=1)
+                if sp == split:  # one colour per model, one thin line per sample
+                    colour = f"C{names.index(name) % 10}"
+                    ax.plot(r, K.T, color=colour, lw=0.6, alpha=0.6)
+                    ax.plot([], [], color=colour, label=f"{name}, {len(K)} samples")
             ax.set_xlim(0, 2.5)
-            ax.set_title(f"{split} kernel from one sample's {args.d} pairs")
+            ax.set_title(f"{split} kernels, each from one sample's {args.d} pairs", fontsize=9)
             ax.set_xlabel("r")
-        axes[0].legend(fontsize=7)
-        fig.tight_layout()
+        fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=7)
+        fig.suptitle(f"{args.loadings} loadings", fontsize=9)
+        fig.tight_layout(rect=(0, 0.1, 1, 1))
         fig.savefig(f"{args.figures}/nao_radial_kernels.png", dpi=80)
     return results
 
