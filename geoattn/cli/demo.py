@@ -22,12 +22,10 @@ import torch
 
 from ..eval import RefinedOperator, cross_mesh_report, plot_errors, plot_sample, training_size
 from ..mesh import write_mesh
-from ..mesh.mesh import Mesh
 from ..models import build_model
 from ..optional import require
 from ..train import NormalizedOperator, Trainer
 from ..train.checkpoint import check_writable
-from ..train.loader import share_mesh
 from .train import SEEDS, check_setting
 
 log = logging.getLogger(__name__)
@@ -98,9 +96,6 @@ def run(args: argparse.Namespace) -> int:
     train = darcy_samples({train_name: meshes[train_name]}, recipe.train, seed=args.seed,
                           family="lognormal")[train_name]
     test = darcy_samples(meshes, recipe.test, seed=args.seed, family="lognormal", start=recipe.train)
-    # the samples of one mesh share its tensors: one Mesh per mesh, its structure built once
-    train = share_mesh(train)
-    test = {name: share_mesh(samples) for name, samples in test.items()}
     print(f"data generated in {time.perf_counter() - tic:.0f} s")
 
     operators = {}
@@ -145,7 +140,7 @@ SAMPLE_FIELDS = ("coefficient", "solution", "prediction", "error", "weight")
 def _write_samples(op: NormalizedOperator, test: dict, out: Path) -> None:
     for k, (mesh, samples) in enumerate(test.items()):
         d = samples[0]
-        pred = op(d.x, Mesh.from_sample(d))
+        pred = op(d.x, samples.meshes[d.mesh_id])
         stem = f"sample_{k}_{mesh.split(' ')[0]}{k}"
         fields = d.clone()
         del fields.x, fields.y  # written under descriptive names below, not as "x" and "y"

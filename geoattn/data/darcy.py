@@ -24,6 +24,8 @@ from scipy.sparse.csgraph import reverse_cuthill_mckee
 from scipy.sparse.linalg import splu
 
 from ..mesh import MeshData, from_meshio
+from ..mesh.mesh import Mesh
+from ..mesh.samples import MeshSamples
 from ..mesh.families import to_skfem
 from ..optional import require
 from .grf import GaussianRandomField, preset
@@ -254,7 +256,7 @@ def coefficient(field: GaussianRandomField, seed: int, index: int, family: str =
 
 def darcy_samples(meshes: Mapping[str, meshio.Mesh], n: int, seed: int, family: str = "piecewise",
                   field: GaussianRandomField | None = None, f=1.0, start: int = 0,
-                  dtype: torch.dtype | None = None) -> dict[str, list[MeshData]]:
+                  dtype: torch.dtype | None = None) -> dict[str, MeshSamples]:
     """Samples ``start .. start + n - 1`` solved on every mesh: the same continuum samples everywhere.
 
     Args:
@@ -270,18 +272,21 @@ def darcy_samples(meshes: Mapping[str, meshio.Mesh], n: int, seed: int, family: 
         dtype: floating dtype of the tensors (default: torch's default dtype).
 
     Returns:
-        For each mesh name, a list of :class:`~geoattn.mesh.MeshData` with ``pos``, ``weight``
-        (lumped), ``cells``, ``x`` (the coefficient at the nodes, ``[N, 1]``) and ``y`` (the
-        solution, ``[N, 1]``).
+        For each mesh name, a :class:`~geoattn.mesh.MeshSamples` on that one mesh: samples
+        (:class:`~geoattn.mesh.MeshData`) with ``pos``, ``weight`` (lumped), ``cells``, ``x`` (the
+        coefficient at the nodes, ``[N, 1]``), ``y`` (the solution, ``[N, 1]``) and
+        ``mesh_id = 0``, and its one :class:`~geoattn.mesh.Mesh` in ``meshes``.
     """
     field = field or preset("cao")
     problems = {name: DarcyProblem(m) for name, m in meshes.items()}
     bases = {name: from_meshio(m, dtype=dtype) for name, m in meshes.items()}
+    for base in bases.values():
+        base.mesh_id = 0
     out: dict[str, list[MeshData]] = {name: [] for name in meshes}
     for i in range(start, start + n):
         for name, (x, y) in solve_sample(problems, field, seed, i, family, f).items():
             out[name].append(sample_data(bases[name], x, y))
-    return out
+    return {name: MeshSamples(out[name], [Mesh.from_sample(bases[name])]) for name in meshes}
 
 
 def solve_sample(problems: Mapping[str, DarcyProblem], field: GaussianRandomField, seed: int,

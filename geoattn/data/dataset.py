@@ -34,6 +34,7 @@ from torch_geometric.data import Dataset
 from ..errors import DatasetFileError, GeoattnError
 from ..mesh import MeshData
 from ..mesh.mesh import Mesh
+from ..mesh.samples import MeshStore
 from ..mesh.io import cast_positions
 from ..mesh.weights import cast_weights
 from ..mesh.validation import located, validate_sample
@@ -127,9 +128,17 @@ class FileDataset(Dataset):
             self._fh.close()
             self._fh = None
 
+    def __copy__(self):
+        # a copy (a PyG subset of the dataset) shares the handle and the meshes, their structure with them
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_fh"], state["_pid"] = None, None  # h5py handles do not cross processes
+        # a worker reads fields, never a mesh: the meshes and their structure stay here
+        state.pop("meshes", None)
         return state
 
 
@@ -144,8 +153,9 @@ class DarcyDataset(FileDataset):
     (finite nodes, cell indices in range, no cell twice, finite weights ``>= 0`` with a positive
     total); fields are read one sample at a time and checked against their CRC-32. Every sample
     shares the mesh's ``pos``, ``weight`` and ``cells`` tensors (do not modify them in place), and
-    the dataset holds the one :class:`~geoattn.mesh.Mesh` of its mesh (:attr:`mesh_object`,
-    :meth:`mesh_for`), which the trainer hands the operator for every sample. The HDF5
+    the dataset holds the one :class:`~geoattn.mesh.Mesh` of its mesh in :attr:`meshes` (every
+    sample names it: ``mesh_id = 0``), which the trainer hands the operator for every sample, with
+    the structure operators derive from it kept from one call to the next. The HDF5
     handle is opened per process, so the dataset works in a
     :class:`torch_geometric.loader.DataLoader` with worker processes.
 
@@ -184,8 +194,18 @@ class DarcyDataset(FileDataset):
             self.attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in fh.attrs.items()}
             self._n = len(done)
             self._base = _read(self.path, f"mesh {mesh!r}", lambda: self._load_mesh(fh["meshes"][mesh]))
-        self.mesh_object = Mesh(self._base.pos, self._base.weight, self._base.cells)
+        self.meshes = MeshStore([Mesh(self._base.pos, self._base.weight, self._base.cells)])
         super().__init__(None, transform, log=False)
+
+    @property
+    def mesh_object(self) -> Mesh:
+        """The :class:`~geoattn.mesh.Mesh` of the dataset's mesh (``meshes[0]``)."""
+        return self.meshes[0]
+
+    @property
+    def mesh_ids(self) -> list[int]:
+        """The mesh number of every sample: ``0``."""
+        return [0] * len(self)
 
     def _load_mesh(self, group: h5py.Group) -> MeshData:
         points, cells, weight = group["points"][:], group["cells"][:], group["weight"][:]
@@ -229,13 +249,8 @@ class DarcyDataset(FileDataset):
         data = copy.copy(self._base)  # the mesh's tensors shared (one Mesh for every sample)
         data.x = torch.as_tensor(x, dtype=self.dtype).reshape(-1, 1)  # [N, 1]
         data.y = torch.as_tensor(y, dtype=self.dtype).reshape(-1, 1)  # [N, 1]
+        data.mesh_id = 0
         return data
-
-    def mesh_for(self, data) -> Mesh | None:
-        """The :class:`~geoattn.mesh.Mesh` of a sample this dataset returned (``None`` for one
-        whose mesh tensors are not the dataset's, e.g. after a transform that moved them)."""
-        mesh = self.mesh_object
-        return mesh if data.pos is mesh.pos and data.weight is mesh.weight else None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.path.name}, mesh={self.mesh!r}, n={self._n})"

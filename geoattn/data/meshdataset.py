@@ -48,6 +48,7 @@ from ..errors import ConfigError, DatasetFileError, FieldLengthError, GeoattnErr
 from ..locking import hold
 from ..mesh import MeshData
 from ..mesh.mesh import Mesh
+from ..mesh.samples import DEFAULT_KEEP, MeshStore
 from ..mesh.io import cast_positions, from_meshio, read_meshio
 from ..mesh.validation import located, validate_sample
 from ..mesh.weights import cast_weights
@@ -295,9 +296,11 @@ class MeshDataset(FileDataset):
     ``x [N, C_in]``, ``y [N, C_out]`` and, when the file has global parameters,
     ``params [1, P]`` (one row per sample, so a batch holds ``[B, P]``).
 
-    Meshes are read once (checked against their CRC-32 and mesh hash, and validated) and kept in
-    a small cache shared by their samples; fields are read one sample at a time and checked
-    against their CRC-32. The HDF5 handle is opened per process, so the dataset works with
+    Meshes are read once (checked against their CRC-32 and mesh hash, and validated): every
+    sample names its mesh (``mesh_id``, the mesh's number in the file), and :attr:`meshes` holds
+    one :class:`~geoattn.mesh.Mesh` per mesh, made on first use and kept, with the structure
+    operators derive from it, from one call to the next (bounded, see ``keep``); fields are read
+    one sample at a time and checked against their CRC-32. The HDF5 handle is opened per process, so the dataset works with
     worker processes.
 
     Args:
@@ -309,7 +312,10 @@ class MeshDataset(FileDataset):
         transform (callable, optional): PyG transform applied on access. (default: ``None``)
         dtype (torch.dtype, optional): floating dtype (default: torch's default dtype).
         verify (bool, optional): check each sample's checksum on read. (default: ``True``)
-        cache (int, optional): meshes kept in memory. (default: ``64``)
+        cache (int, optional): meshes whose nodes a sample read keeps in memory (a worker's
+            samples, and the source of :attr:`meshes`). (default: ``64``)
+        keep (int, optional): meshes whose derived structure :attr:`meshes` keeps
+            (:class:`~geoattn.mesh.MeshStore`). (default: ``4096``)
 
     Attributes:
         x_names, y_names, param_names: the channel and parameter names.
@@ -319,12 +325,13 @@ class MeshDataset(FileDataset):
     versions = (MESH_FORMAT_VERSION,)
 
     def __init__(self, path: str | Path, split: str | None = None, *, params_as_channels: bool = False,
-                 transform=None, dtype: torch.dtype | None = None, verify: bool = True, cache: int = 64):
+                 transform=None, dtype: torch.dtype | None = None, verify: bool = True, cache: int = 64,
+                 keep: int | None = DEFAULT_KEEP):
         self.path = Path(path)
         self.dtype = dtype or torch.get_default_dtype()
         self.verify, self.params_as_channels = verify, params_as_channels
         self._fh, self._pid = None, None
-        self._meshes: OrderedDict[int, MeshData] = OrderedDict()
+        self._meshes: OrderedDict[int, MeshData] = OrderedDict()  # bases of the samples read
         self._cache = max(1, cache)
         with open_dataset_file(self.path, versions=(MESH_FORMAT_VERSION,)) as fh:
             self.x_names, self.y_names = _json_attr(fh, "x_names"), _json_attr(fh, "y_names")
@@ -345,9 +352,21 @@ class MeshDataset(FileDataset):
             self._mesh_of, self._row_of = _read(self.path, "the sample table", lambda: (s["mesh"][:], s["row"][:]))
             self._params = _read(self.path, "the parameters", lambda: s["params"][:])
             self.names = [n.decode() if isinstance(n, bytes) else str(n) for n in s["name"][:]]
+            count = len(fh["meshes"])
             self.attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in fh.attrs.items()}
         self.mesh = split or "all"
+        self.meshes = MeshStore(count, load=self._mesh, keep=keep)
         super().__init__(None, transform, log=False)
+
+    @property
+    def mesh_ids(self) -> np.ndarray:
+        """The mesh number of every sample (of this split, in order)."""
+        return self._mesh_of[self._index[np.asarray(self.indices(), dtype=np.int64)]]
+
+    def _mesh(self, number: int) -> Mesh:
+        data = self._base(number)
+        cells = getattr(data, "cells", None)
+        return Mesh(data.pos, data.weight, cells if torch.is_tensor(cells) else None)
 
     @property
     def test_sets(self) -> list[str]:
@@ -364,25 +383,18 @@ class MeshDataset(FileDataset):
 
 
     def _base(self, number: int) -> MeshData:
+        """The nodes, weights and cells of mesh ``number`` as a sample without fields: the
+        :class:`~geoattn.mesh.Mesh` of :attr:`meshes` if it is made (its tensors shared), else
+        read (the last ``cache`` kept)."""
         if number in self._meshes:
             self._meshes.move_to_end(number)
-            return self._meshes[number][0]
+            return self._meshes[number]
         group = self._file()["meshes"][f"{number:06d}"]
         data = _read(self.path, f"mesh {number}", lambda: self._load_mesh(group, number))
-        cells = getattr(data, "cells", None)
-        self._meshes[number] = (data, Mesh(data.pos, data.weight, cells if torch.is_tensor(cells) else None))
+        self._meshes[number] = data
         if len(self._meshes) > self._cache:
             self._meshes.popitem(last=False)
         return data
-
-    def mesh_for(self, data) -> Mesh | None:
-        """The one :class:`~geoattn.mesh.Mesh` of the mesh of a sample this dataset returned
-        (its samples share the mesh's tensors), while the mesh is among those kept in memory;
-        ``None`` otherwise."""
-        for base, mesh in self._meshes.values():
-            if data.pos is base.pos and data.weight is base.weight:
-                return mesh
-        return None
 
     def _load_mesh(self, group, number: int) -> MeshData:
         points, cells, weight = group["points"][:], group["cells"][:], group["weight"][:]
@@ -423,6 +435,7 @@ class MeshDataset(FileDataset):
             if self.params_as_channels:
                 x = torch.cat([x, p.expand(x.shape[0], -1)], dim=1)  # [N, C_in + P]
         data.x, data.y = x, torch.as_tensor(y, dtype=self.dtype)  # [N, C_out]
+        data.mesh_id = number
         return data
 
     def __repr__(self) -> str:

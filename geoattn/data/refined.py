@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from ..errors import ConfigError
-from ..mesh.mesh import Mesh, tensor_identity
+from ..mesh.samples import MeshSamples, as_samples
 from ..operators.refined import training_size
 
 __all__ = ["refined_samples"]
@@ -24,7 +24,7 @@ __all__ = ["refined_samples"]
 _CARRIED = ("x", "y", "pos", "weight", "cells")
 
 
-def refined_samples(samples: Sequence, factor: float = 2.0) -> list:
+def refined_samples(samples: Sequence, factor: float = 2.0) -> MeshSamples:
     r"""Each sample's inputs ``x`` and targets ``y`` as their piecewise-linear interpolants at the
     nodes of its triangle mesh refined until no edge is longer than its longest edge / ``factor``
     (:meth:`geoattn.mesh.Mesh.refined`: the original nodes first, then the new ones).
@@ -32,8 +32,9 @@ def refined_samples(samples: Sequence, factor: float = 2.0) -> list:
     The refined mesh's lumped weights integrate the interpolants' products to
     :math:`O(h^2)`, so a model trained on the refined samples minimises the relative
     :math:`L^2(D)` error against the interpolants of the data, between the original nodes as well
-    as at them; the functions themselves are unchanged (no new information). Samples that share
-    their mesh's tensors share the refined mesh's too (one refinement per mesh).
+    as at them; the functions themselves are unchanged (no new information). Samples on one mesh
+    (:func:`~geoattn.mesh.as_samples`) share its refined mesh (one refinement per mesh, kept in
+    the mesh's memo).
 
     Args:
         samples: samples with ``pos [N, 2]``, ``weight [N]``, triangle ``cells [T, 3]``, ``x`` and
@@ -42,7 +43,8 @@ def refined_samples(samples: Sequence, factor: float = 2.0) -> list:
             refinement).
 
     Returns:
-        New samples (shallow copies with the new node data; the inputs are not changed).
+        A :class:`~geoattn.mesh.MeshSamples` of new samples (shallow copies with the new node
+        data; the inputs are not changed) on the refined meshes.
 
     Raises:
         ConfigError: ``factor`` below 1, a sample without triangle cells, or a sample with
@@ -50,24 +52,28 @@ def refined_samples(samples: Sequence, factor: float = 2.0) -> list:
     """
     if not factor >= 1.0:
         raise ConfigError(f"factor must be at least 1, got {factor!r}")
-    out, refined = [], {}
+    samples = as_samples(samples)
+    fine_of: dict[int, int] = {}  # source mesh number -> refined mesh number
+    fines, prolongs, out = [], [], []
     for index, data in enumerate(samples):
-        cells = getattr(data, "cells", None)
-        if not torch.is_tensor(cells) or cells.dim() != 2 or cells.shape[1] != 3 or data.pos.shape[1] != 2:
-            raise ConfigError(f"sample {index}: refined_samples needs a triangle mesh (cells [T, 3] in 2-D)")
+        k = int(data.mesh_id)
+        if k not in fine_of:
+            mesh = samples.meshes[k]
+            if mesh.cells is None or mesh.cells.shape[1] != 3 or mesh.dim != 2:
+                raise ConfigError(f"sample {index}: refined_samples needs a triangle mesh (cells [T, 3] in 2-D)")
+            fine, prolong = mesh.refined(training_size(mesh) / factor)  # kept in the mesh's memo
+            fine_of[k] = len(fines)
+            fines.append(fine)
+            prolongs.append(prolong)
         n = data.pos.shape[0]
-        others = [k for k in data.keys() if k not in _CARRIED and torch.is_tensor(data[k])
-                  and data[k].dim() > 0 and data[k].shape[0] == n]
+        others = [key for key in data.keys() if key not in _CARRIED and torch.is_tensor(data[key])
+                  and data[key].dim() > 0 and data[key].shape[0] == n]
         if others:
             raise ConfigError(f"sample {index}: node-level tensors {others} cannot be carried to the refined mesh")
-        key = tuple(tensor_identity(t) for t in (data.pos, data.weight, cells))
-        if key not in refined:
-            mesh = Mesh.from_sample(data)
-            refined[key] = (*mesh.refined(training_size(mesh) / factor), data)  # the sample keeps the tensors alive
-        fine, prolong, _ = refined[key]
+        fine, prolong = fines[fine_of[k]], prolongs[fine_of[k]]
         new = copy.copy(data)
-        new.pos, new.weight, new.cells = fine.pos, fine.weight, fine.cells
+        new.pos, new.weight, new.cells, new.mesh_id = fine.pos, fine.weight, fine.cells, fine_of[k]
         new.x = torch.sparse.mm(prolong, data.x.to(prolong.dtype)).to(data.x.dtype)
         new.y = torch.sparse.mm(prolong, data.y.to(prolong.dtype)).to(data.y.dtype)
         out.append(new)
-    return out
+    return MeshSamples(out, fines)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from ..train.loader import SampleMeshes
+from ..mesh.samples import as_samples, mesh_id_of
 from ..train.trainer import evaluate_errors
 
 
@@ -65,9 +65,10 @@ def cross_mesh_report(operators: Mapping[str, torch.nn.Module], datasets: Mappin
 
     The score is always the weighted relative :math:`L^2(D)` error of the prediction, whatever
     weights the model itself uses, so weighted and node-average models compare on one scale. Every
-    operator is called with the samples' :class:`~geoattn.mesh.Mesh` objects, one per distinct
-    mesh (:class:`~geoattn.train.loader.SampleMeshes`), shared by all operators, so structure built
-    on a mesh (a refinement, a graph) is built once for the report.
+    operator is called with the samples' :class:`~geoattn.mesh.Mesh` objects, one per mesh
+    (:func:`~geoattn.mesh.as_samples`), shared by all operators, so structure built on a mesh (a
+    refinement, a graph) is built once for the report, and kept with the datasets when they are
+    datasets or :class:`~geoattn.mesh.MeshSamples`.
 
     Args:
         operators: trained models by display name (e.g. ``{"weighted": op, "unweighted": ab}``).
@@ -93,7 +94,8 @@ def cross_mesh_report(operators: Mapping[str, torch.nn.Module], datasets: Mappin
                          "(e.g. the first N of each), or score sets of different samples with split_report")
     if not all(counts.values()):
         raise ValueError(f"no samples to evaluate on mesh {next(m for m, n in counts.items() if not n)!r}")
-    report = CrossMeshReport({k: v[0].num_nodes for k, v in datasets.items()}, reference)
+    datasets = {name: as_samples(samples) for name, samples in datasets.items()}
+    report = CrossMeshReport({k: v.meshes[mesh_id_of(v, 0)].num_nodes for k, v in datasets.items()}, reference)
     report.errors = _score(operators, datasets, batch_size)
     return report
 
@@ -152,7 +154,9 @@ def split_report(operators: Mapping[str, torch.nn.Module], sets: Mapping[str, Se
     empty = [name for name, samples in sets.items() if not len(samples)]
     if empty:
         raise ValueError(f"sample set {empty[0]!r} is empty")
-    sizes = {name: [samples[i].num_nodes for i in range(len(samples))] for name, samples in sets.items()}
+    sets = {name: as_samples(samples) for name, samples in sets.items()}
+    sizes = {name: [samples.meshes[mesh_id_of(samples, i)].num_nodes for i in range(len(samples))]
+             for name, samples in sets.items()}
     report = SplitReport({name: (min(n), max(n)) for name, n in sizes.items()})
     report.errors = _score(operators, sets, batch_size)
     return report
@@ -162,11 +166,10 @@ def _score(operators: Mapping, sets: Mapping, batch_size: int) -> dict:
     """``{model: {set: per-sample errors}}`` of every operator on every set of samples (one
     :class:`~geoattn.mesh.Mesh` per mesh of a set, shared by the operators); non-finite errors
     are refused, naming the model."""
-    meshes = {name: SampleMeshes(samples) for name, samples in sets.items()}
+    sets = {name: as_samples(samples) for name, samples in sets.items()}
     errors = {}
     for model, op in operators.items():
-        errors[model] = {name: evaluate_errors(op, samples, batch_size, meshes=meshes[name])
-                         for name, samples in sets.items()}
+        errors[model] = {name: evaluate_errors(op, samples, batch_size) for name, samples in sets.items()}
         if any(not math.isfinite(float(e.mean())) for e in errors[model].values()):
             raise ValueError(f"model {model!r} gives non-finite errors")
     return errors

@@ -10,7 +10,6 @@ import torch
 from ..errors import ChannelError, NonFiniteOutputError
 from ..mesh import from_meshio
 from ..mesh.mesh import Mesh
-from ..operators.wrapper import call_inner
 from ..mesh.validation import located, validate_field, validate_points, validate_weights
 
 
@@ -60,7 +59,7 @@ def predict_meshio(operator: torch.nn.Module, mesh: meshio.Mesh, fields: str | S
         validate_weights(data.weight, n)
         validate_field(label, data.x, n)
     data = data.to(device)
-    prediction = call_inner(operator, data.x, Mesh.from_sample(data))
+    prediction = operator(data.x, Mesh.from_sample(data))
     if prediction.shape[0] != n:
         raise ValueError(f"the mesh has {n} points but the model answered on {prediction.shape[0]} nodes")
     bad = ~torch.isfinite(prediction).reshape(n, -1).all(dim=1)

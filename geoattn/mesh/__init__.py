@@ -16,6 +16,7 @@ from .cells import CELL_DIMENSIONS, CELL_TYPES, lumped_mass, orient_cells, signe
 from .data import MeshData
 from .gradients import p1_gradients
 from .mesh import Layout, Mesh
+from .samples import MeshSamples, MeshStore, as_samples
 from .io import (from_meshio, from_pyvista, merge_nodes, read_mesh, read_meshio, save_meshio,
                  to_meshio, to_pyvista, write_mesh)
 from .neighbors import knn, knn_graph, radius, radius_graph
@@ -43,7 +44,10 @@ __all__ = [
     "Layout",
     "Mesh",
     "MeshData",
+    "MeshSamples",
+    "MeshStore",
     "Partition",
+    "as_samples",
     "augment",
     "check_symmetry",
     "dihedral",

@@ -1,54 +1,96 @@
-"""Batches for the training loop: collation of meshes and point clouds, and a
+"""Batches for the training loop: the samples' fields collated with their mesh numbers, the batch
+:class:`~geoattn.mesh.Mesh` taken from the dataset's meshes, and a
 :class:`~torch.utils.data.DataLoader` whose batches follow the trainer's seeded epoch order.
 
-The samples may be a list in memory or a lazily read dataset (a
-:class:`~geoattn.data.DarcyDataset`, or a slice of one): with ``workers > 0`` the samples of the
-next batches are read and collated in worker processes while the model trains on the current
-one, and with ``pin_memory`` the batches come in page-locked memory, so that the copy to a GPU
-overlaps the computation. Which samples form which batch never depends on the workers: the batch
-order is drawn in the main process from the seed and the epoch (:class:`EpochBatches`).
-
-The operators get every batch's :class:`~geoattn.mesh.Mesh` from :class:`SampleMeshes`, in the
-main process: one :class:`~geoattn.mesh.Mesh` per distinct mesh of the samples, shared by every
-sample on it and kept across steps and epochs (so structure an operator builds on a mesh is built
-once), and the batch of a combination of them (:meth:`~geoattn.mesh.Mesh.batch`) memoised. The
-workers send back each batch's sample indices with it (:func:`collate_indexed`), never a mesh.
+The samples are a dataset whose samples name their mesh (:func:`~geoattn.mesh.as_samples`: a
+:class:`~geoattn.data.DarcyDataset`, a :class:`~geoattn.data.MeshDataset`, a
+:class:`~geoattn.mesh.MeshSamples`). With ``workers > 0`` the fields of the next batches are read
+and collated in worker processes while the model trains on the current one, and with
+``pin_memory`` they come in page-locked memory; a worker sends back the fields and the mesh
+numbers only, never a mesh. In the main process every batch gets its
+:class:`~geoattn.mesh.Mesh` from the dataset's :attr:`~geoattn.mesh.MeshSamples.meshes`
+(:meth:`~geoattn.mesh.MeshStore.batch`): each mesh made once and moved to the device once, so the
+structure an operator builds on it is built once. Which samples form which batch never depends
+on the workers: the order is drawn in the main process from the seed and the epoch
+(:class:`EpochBatches`).
 """
 
 from __future__ import annotations
 
-import functools
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 
 import torch
 from torch.utils.data import DataLoader
-from torch_geometric.data import Batch
 
 from ..errors import FieldLengthError
-from ..mesh.mesh import Mesh, tensor_identity
+from ..mesh.mesh import Mesh
+from ..mesh.samples import MeshStore
 
 
-def collate(samples: Sequence, h1: bool = False) -> Batch:
-    """One PyG batch of ``samples``. Point clouds and meshes batch together: attributes that only
-    some samples have (the cells and mesh data of the meshes) are left out, as no quadrature here
-    needs them; the H1 loss needs the cells, so with ``h1`` a sample without cells is a
-    :class:`~geoattn.errors.FieldLengthError`."""
-    samples = list(samples)
-    keys = [set(d.keys()) for d in samples]
-    if h1 and not all("cells" in k for k in keys):
-        first = next(i for i, k in enumerate(keys) if "cells" not in k)
-        raise FieldLengthError(f"sample {first} has no cells; the H1 loss needs mesh cells")
-    partial = set().union(*keys) - set.intersection(*keys) if keys else set()
-    return Batch.from_data_list(samples, exclude_keys=sorted(partial))
+@dataclass
+class MeshBatch:
+    """A batch of samples: ``x [N, C_in]`` and ``y [N, C_out]`` (``None`` if the samples have no
+    targets) at the nodes of the batch ``mesh`` (a :class:`~geoattn.mesh.Mesh` of
+    ``mesh.num_graphs`` graphs, one per sample), ``params [B, P]`` (``None`` without global
+    parameters), the mesh number of each sample ``mesh_ids [B]`` and its index in the dataset
+    ``index [B]``. The model and the loss read the same ``mesh``: ``loss(model(x, mesh), y, mesh)``."""
+
+    x: torch.Tensor
+    y: torch.Tensor | None
+    params: torch.Tensor | None
+    mesh_ids: torch.Tensor
+    index: torch.Tensor
+    mesh: Mesh | None = None
+
+    @property
+    def num_graphs(self) -> int:
+        return len(self.mesh_ids)
+
+    def to(self, device, non_blocking: bool = False) -> MeshBatch:
+        """The fields on ``device`` (the mesh is not moved: take it from the dataset's meshes,
+        :meth:`with_mesh`)."""
+        def move(t):
+            return None if t is None else t.to(device, non_blocking=non_blocking)
+
+        return replace(self, x=move(self.x), y=move(self.y), params=move(self.params))
+
+    def with_mesh(self, meshes: MeshStore, device=None) -> MeshBatch:
+        """This batch with its :class:`~geoattn.mesh.Mesh` from ``meshes`` on ``device``."""
+        return replace(self, mesh=meshes.batch(self.mesh_ids, device))
+
+    def pin_memory(self) -> MeshBatch:  # called by the DataLoader's pinning thread
+        def pin(t):
+            return None if t is None else t.pin_memory()
+
+        return replace(self, x=pin(self.x), y=pin(self.y), params=pin(self.params))
 
 
-def collate_indexed(pairs: Sequence, h1: bool = False) -> tuple[torch.Tensor, Batch]:
-    """``(indices [B], batch)`` of ``(index, sample)`` pairs (:class:`Indexed`): the batch as
-    :func:`collate` makes it, with the indices of its samples, from which the main process takes
-    the batch's mesh (:meth:`SampleMeshes.batch`)."""
+def collate(pairs: Sequence) -> MeshBatch:
+    """The :class:`MeshBatch` (without its mesh) of ``(index, sample)`` pairs: ``x`` and ``y``
+    concatenated over the nodes, ``params`` stacked, the mesh numbers and indices listed."""
     pairs = list(pairs)
-    return torch.tensor([i for i, _ in pairs], dtype=torch.long), collate([d for _, d in pairs], h1)
+    samples = [d for _, d in pairs]
+    has_y = [getattr(d, "y", None) is not None for d in samples]
+    if any(has_y) and not all(has_y):
+        i = has_y.index(False)
+        raise FieldLengthError(f"sample {pairs[i][0]} has no y while others of its batch have one")
+    params = [getattr(d, "params", None) for d in samples]
+    return MeshBatch(
+        x=torch.cat([d.x.reshape(d.x.shape[0], -1) for d in samples]),
+        y=torch.cat([d.y.reshape(d.y.shape[0], -1) for d in samples]) if all(has_y) else None,
+        params=torch.cat([p.reshape(1, -1) for p in params]) if all(torch.is_tensor(p) for p in params) else None,
+        mesh_ids=torch.tensor([int(d.mesh_id) for d in samples], dtype=torch.long),
+        index=torch.tensor([i for i, _ in pairs], dtype=torch.long))
+
+
+def batches_of(samples: Sequence, ids: Sequence[int], device=None) -> MeshBatch:
+    """The :class:`MeshBatch` of samples ``ids`` of ``samples`` (a dataset whose samples name
+    their mesh, :func:`~geoattn.mesh.as_samples`) with its mesh, on ``device``."""
+    batch = collate([(i, samples[i]) for i in ids])
+    if device is not None:
+        batch = batch.to(device)
+    return batch.with_mesh(samples.meshes, device)
 
 
 class Indexed(torch.utils.data.Dataset):
@@ -62,86 +104,6 @@ class Indexed(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int):
         return i, self.samples[i]
-
-
-class SampleMeshes:
-    """The :class:`~geoattn.mesh.Mesh` of every sample of ``samples``, one per distinct mesh.
-
-    A dataset that knows its meshes answers ``samples.mesh_for(data)`` (the one
-    :class:`~geoattn.mesh.Mesh` of the mesh a sample it returned lies on:
-    :class:`~geoattn.data.DarcyDataset`, :class:`~geoattn.data.MeshDataset`). Otherwise samples
-    share a mesh when they share its tensors (the same ``pos``, ``weight`` and ``cells`` objects,
-    as samples cut from one base sample do); a mesh is never recognised by its coordinates, so
-    samples that carry copies of a mesh each get a mesh of their own (correct, but their structure
-    is built once per sample: let them share the tensors, see :func:`share_mesh`).
-
-    :meth:`batch` is the batch mesh of some samples (:meth:`~geoattn.mesh.Mesh.batch`), the last
-    ``batches`` combinations kept, so a repeated combination (always, with one mesh) is the same
-    object with its memo.
-    """
-
-    def __init__(self, samples: Sequence, batches: int = 64):
-        self.samples = samples
-        self._of: dict[int, Mesh] = {}
-        self._groups: dict[tuple, tuple] = {}  # tensor identities -> (the tensors, kept alive; Mesh)
-        self._batches: OrderedDict[tuple, Mesh] = OrderedDict()
-        self._size = batches
-
-    def add(self, index: int, data) -> Mesh:
-        """The mesh of sample ``index``, read as ``data`` (kept for later)."""
-        mesh = self._of.get(index)
-        if mesh is None:
-            mesh = self._of[index] = self.of_sample(data)
-        return mesh
-
-    def of_sample(self, data) -> Mesh:
-        """The mesh of ``data``: the dataset's, or one per distinct set of mesh tensors."""
-        finder = getattr(self.samples, "mesh_for", None)
-        if callable(finder):
-            mesh = finder(data)
-            if mesh is not None:
-                return mesh
-        cells = getattr(data, "cells", None)
-        cells = cells if torch.is_tensor(cells) else None
-        key = (tensor_identity(data.pos), tensor_identity(data.weight), tensor_identity(cells))
-        found = self._groups.get(key)
-        if found is None:
-            found = self._groups[key] = ((data.pos, data.weight, cells), Mesh(data.pos, data.weight, cells))
-        return found[1]
-
-    def __getitem__(self, index: int) -> Mesh:
-        index = int(index)
-        mesh = self._of.get(index)
-        return mesh if mesh is not None else self.add(index, self.samples[index])
-
-    def batch(self, indices) -> Mesh:
-        """The mesh of the batch of samples ``indices`` (in order)."""
-        members = [self[i] for i in (indices.tolist() if torch.is_tensor(indices) else indices)]
-        key = tuple(id(m) for m in members)  # the members are kept alive by self._of
-        mesh = self._batches.get(key)
-        if mesh is None:
-            mesh = self._batches[key] = Mesh.batch(members)
-            while len(self._batches) > self._size:
-                self._batches.popitem(last=False)
-        else:
-            self._batches.move_to_end(key)
-        return mesh
-
-
-def share_mesh(samples: Sequence) -> list:
-    """``samples``, all on one mesh, made to share the first one's ``pos``, ``weight`` and
-    ``cells`` tensors (the same values: samples on one mesh carry equal copies), so that
-    :class:`SampleMeshes` gives them one :class:`~geoattn.mesh.Mesh`. Changes the samples in
-    place and returns them as a list."""
-    samples = list(samples)
-    if samples:
-        first = samples[0]
-        for d in samples[1:]:
-            for key in ("pos", "weight", "cells"):
-                value = getattr(first, key, None)
-                if torch.is_tensor(value) and torch.is_tensor(getattr(d, key, None)):
-                    setattr(d, key, value)
-    return samples
 
 
 class EpochBatches:
@@ -169,17 +131,29 @@ class EpochBatches:
             yield ids.tolist()
 
 
-def batch_loader(samples: Sequence, batches: EpochBatches, h1: bool = False, workers: int = 0,
-                 pin_memory: bool = False) -> DataLoader:
-    """A :class:`~torch.utils.data.DataLoader` over ``samples`` giving ``(indices, batch)``, the
-    collated batches of ``batches`` with their sample indices (:func:`collate_indexed`), read by
+class MeshLoader:
+    """Iterates the :class:`MeshBatch` es of ``batches`` (an :class:`EpochBatches`) of ``samples``
+    on ``device``, each with its mesh from ``samples.meshes``: the fields read and collated by
     ``workers`` processes (``0``: in this process; kept alive between epochs otherwise), pinned
     when ``pin_memory``."""
-    # A private generator: the loader's worker seeds must not draw from the global RNG, whose
-    # state the trainer seeds per epoch for the dropout draws (the same for any ``workers``).
-    return DataLoader(Indexed(samples), batch_sampler=batches, collate_fn=functools.partial(collate_indexed, h1=h1),
-                      num_workers=workers, pin_memory=pin_memory, persistent_workers=workers > 0,
-                      generator=torch.Generator().manual_seed(batches.seed))
+
+    def __init__(self, samples: Sequence, batches: EpochBatches, device=None, workers: int = 0,
+                 pin_memory: bool = False):
+        self.meshes, self.device, self.pin = samples.meshes, device, pin_memory
+        # A private generator: the loader's worker seeds must not draw from the global RNG, whose
+        # state the trainer seeds per epoch for the dropout draws (the same for any ``workers``).
+        self.loader = DataLoader(Indexed(samples), batch_sampler=batches, collate_fn=collate,
+                                 num_workers=workers, pin_memory=pin_memory, persistent_workers=workers > 0,
+                                 generator=torch.Generator().manual_seed(batches.seed))
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[MeshBatch]:
+        for batch in self.loader:
+            if self.device is not None:
+                batch = batch.to(self.device, non_blocking=self.pin)
+            yield batch.with_mesh(self.meshes, self.device)
 
 
-__all__ = ["EpochBatches", "Indexed", "SampleMeshes", "batch_loader", "collate", "collate_indexed", "share_mesh"]
+__all__ = ["EpochBatches", "Indexed", "MeshBatch", "MeshLoader", "batches_of", "collate"]

@@ -26,6 +26,7 @@ from torch_geometric.utils import scatter
 
 from ..errors import NonFiniteError, ZeroNormError
 from ..mesh import integrate, p1_gradients
+from ..mesh.mesh import Mesh
 
 
 def _reduce(value: torch.Tensor, reduction: str) -> torch.Tensor:
@@ -64,10 +65,22 @@ def _squared_norm(f: torch.Tensor, weight: torch.Tensor, batch: torch.Tensor | N
     return integrate(f.square().sum(1), weight, batch, num_graphs)
 
 
-def relative_l2(pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor,
-                batch: torch.Tensor | None = None, num_graphs: int | None = None,
-                reduction: str = "mean", eps: float = 0.0) -> torch.Tensor:
-    """Relative :math:`L^2(D)` error of ``pred`` against ``target``, one ratio per sample.
+def _former(name: str, args: tuple, kwargs: dict):
+    """The former call ``name(pred, target, weight, batch, num_graphs, ...)`` (``relative_h1``:
+    ``pos, weight, cells, batch, num_graphs``) bridged by :mod:`geoattn.compat`, which warns."""
+    from .. import compat
+
+    return getattr(compat, f"former_{name}")(*args, **kwargs)
+
+
+def _layout(mesh: Mesh) -> tuple[torch.Tensor | None, int | None]:
+    return mesh.batch_vector, (mesh.num_graphs if mesh.batch_vector is not None else None)
+
+
+def relative_l2(pred: torch.Tensor, target: torch.Tensor, mesh: Mesh, *args,
+                reduction: str = "mean", eps: float = 0.0, **kwargs) -> torch.Tensor:
+    """Relative :math:`L^2(D)` error of ``pred`` against ``target`` on ``mesh``, one ratio per
+    sample (graph of the mesh).
 
     .. math::
         e_b = \\sqrt{\\frac{\\sum_{i \\in b} w_i \\|\\hat u_i - u_i\\|^2}
@@ -76,9 +89,8 @@ def relative_l2(pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor,
     Args:
         pred: predicted values ``[N, C]`` (or ``[N]``).
         target: target values, same shape.
-        weight: quadrature weights ``[N]``.
-        batch: graph index of each node ``[N]`` (default ``None``: one sample).
-        num_graphs: number of samples ``B`` (default: from ``batch``).
+        mesh: the :class:`~geoattn.mesh.Mesh` of the values (its weights and batch layout), the
+            one the model was called on.
         reduction: ``"mean"`` (default) or ``"sum"`` over samples, or ``"none"`` for ``[B]``.
         eps: added to the denominator (default ``0``). It is an absolute amount of
             :math:`\\int_D |u|^2 dx`, whose size depends on the units of the mesh (a weight is a
@@ -86,25 +98,33 @@ def relative_l2(pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor,
             squared norm ``1e-16`` against ``eps = 1e-12`` reads 100 times too small). A target
             of zero norm raises :class:`~geoattn.errors.ZeroNormError` instead.
 
+    The former call ``relative_l2(pred, target, weight, batch, num_graphs)`` goes through
+    :mod:`geoattn.compat` with a :class:`DeprecationWarning`.
+
     Raises:
         ZeroNormError: a sample's target has zero norm (or the weights sum to zero).
         NonFiniteError: a sample's target norm is NaN or infinite.
 
     Shapes:
-        - output: scalar, or ``[B]`` with ``reduction="none"``.
+        - output: scalar, or ``[B]`` (``B = mesh.num_graphs``) with ``reduction="none"``.
     """
+    if not isinstance(mesh, Mesh):
+        return _former("relative_l2", (pred, target, mesh, *args), dict(reduction=reduction, eps=eps, **kwargs))
+    if args or kwargs:
+        raise TypeError("relative_l2(pred, target, mesh, *, reduction='mean', eps=0.0): the mesh carries "
+                        "the weights and the batch layout")
     if pred.shape != target.shape:
         raise ValueError(f"prediction has shape {tuple(pred.shape)} but target has {tuple(target.shape)}")
-    num = _squared_norm(pred - target, weight, batch, num_graphs)
-    den = _squared_norm(target, weight, batch, num_graphs)
-    return _reduce(_ratio(num, den, eps, "L2"), reduction)
+    batch, num_graphs = _layout(mesh)
+    num = _squared_norm(pred - target, mesh.weight, batch, num_graphs)
+    den = _squared_norm(target, mesh.weight, batch, num_graphs)
+    return _reduce(_ratio(num, den, eps, "L2").reshape(mesh.num_graphs), reduction)
 
 
-def relative_h1(pred: torch.Tensor, target: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                cells: torch.Tensor, batch: torch.Tensor | None = None,
-                num_graphs: int | None = None, reduction: str = "mean",
-                eps: float = 0.0) -> torch.Tensor:
-    """Relative :math:`H^1(D)` error, with gradients of the P1 interpolants on simplex cells.
+def relative_h1(pred: torch.Tensor, target: torch.Tensor, mesh: Mesh, *args,
+                reduction: str = "mean", eps: float = 0.0, **kwargs) -> torch.Tensor:
+    """Relative :math:`H^1(D)` error on ``mesh``, with gradients of the P1 interpolants on its
+    simplex cells.
 
     .. math::
         e_b = \\sqrt{\\frac{\\sum_i w_i \\|e_i\\|^2 + \\sum_K |K|\\,\\|\\nabla e|_K\\|^2}
@@ -113,19 +133,31 @@ def relative_h1(pred: torch.Tensor, target: torch.Tensor, pos: torch.Tensor, wei
 
     Args:
         pred, target: values ``[N, C]``.
-        pos: coordinates ``[N, d]``.
-        weight: quadrature weights ``[N]``.
-        cells: simplex cells ``[M, d + 1]`` (node indices into the flat batch).
-        batch, num_graphs, reduction, eps: as in :func:`relative_l2`.
+        mesh: the :class:`~geoattn.mesh.Mesh` of the values, with simplex ``cells``.
+        reduction, eps: as in :func:`relative_l2`.
+
+    The former call ``relative_h1(pred, target, pos, weight, cells, batch, num_graphs)`` goes
+    through :mod:`geoattn.compat` with a :class:`DeprecationWarning`.
 
     Raises:
+        ValueError: the mesh has no cells.
         ZeroNormError, NonFiniteError: as :func:`relative_l2`, for the :math:`H^1` norm.
 
     Shapes:
-        - output: scalar, or ``[B]`` with ``reduction="none"``.
+        - output: scalar, or ``[B]`` (``B = mesh.num_graphs``) with ``reduction="none"``.
     """
+    if not isinstance(mesh, Mesh):
+        return _former("relative_h1", (pred, target, mesh, *args), dict(reduction=reduction, eps=eps, **kwargs))
+    if args or kwargs:
+        raise TypeError("relative_h1(pred, target, mesh, *, reduction='mean', eps=0.0): the mesh carries "
+                        "the nodes, weights, cells and the batch layout")
     if pred.shape != target.shape:
         raise ValueError(f"prediction has shape {tuple(pred.shape)} but target has {tuple(target.shape)}")
+    if mesh.cells is None:
+        raise ValueError("relative_h1 needs the mesh's cells (the gradients of the P1 interpolants); "
+                         "build the Mesh with them")
+    batch, num_graphs = _layout(mesh)
+    pos, cells = mesh.pos, mesh.cells
 
     def seminorm(f: torch.Tensor) -> torch.Tensor:
         grad, volume = p1_gradients(f, pos, cells)
@@ -135,8 +167,6 @@ def relative_h1(pred: torch.Tensor, target: torch.Tensor, pos: torch.Tensor, wei
         return scatter(per_cell, batch[cells[:, 0]], dim=0, dim_size=num_graphs, reduce="sum")
 
     err = pred - target
-    if batch is not None and num_graphs is None:
-        num_graphs = int(batch.max()) + 1
-    num = _squared_norm(err, weight, batch, num_graphs) + seminorm(err)
-    den = _squared_norm(target, weight, batch, num_graphs) + seminorm(target)
-    return _reduce(_ratio(num, den, eps, "H1"), reduction)
+    num = _squared_norm(err, mesh.weight, batch, num_graphs) + seminorm(err)
+    den = _squared_norm(target, mesh.weight, batch, num_graphs) + seminorm(target)
+    return _reduce(_ratio(num, den, eps, "H1").reshape(mesh.num_graphs), reduction)

@@ -30,14 +30,13 @@ import torch.distributed as dist
 
 from ..errors import ChannelError, ConfigError, FieldLengthError, FrameError, NonFiniteLossError
 from ..locking import hold
-from ..mesh.mesh import Mesh
+from ..mesh.samples import as_samples, mesh_id_of
 from ..mesh.validation import located, validate_sample
 from ..operators.normalized import NormalizedOperator
-from ..operators.wrapper import call_inner, fit_model_mesh
 from ..optional import progress as progress_bar
 from ..optional import require
 from .checkpoint import atomic_path, load_checkpoint, operator_payload, save_checkpoint
-from .loader import EpochBatches, SampleMeshes, batch_loader, collate
+from .loader import EpochBatches, MeshBatch, MeshLoader, batches_of
 from .loss import relative_h1, relative_l2
 
 log = logging.getLogger(__name__)
@@ -99,64 +98,59 @@ def check_precision(precision: str, device: torch.device) -> torch.dtype | None:
     return PRECISIONS[precision]
 
 
-def sample_errors(operator: torch.nn.Module, batch, h1: bool = False, *,
-                  autocast: torch.dtype | None = None, mesh: Mesh | None = None,
+def sample_errors(operator: torch.nn.Module, batch: MeshBatch, h1: bool = False, *,
+                  autocast: torch.dtype | None = None,
                   with_pred: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Per-sample relative :math:`L^2` (or :math:`H^1`) errors ``[B]`` of ``operator`` on a batch
-    (with ``with_pred``, the pair of the errors and the prediction ``[N, C]``).
-
-    The operator is called as ``operator(batch.x, mesh)`` (:func:`~geoattn.operators.wrapper.call_inner`), ``mesh`` the batch's
-    :class:`~geoattn.mesh.Mesh` (default: a new one made of the batch,
-    :meth:`~geoattn.mesh.Mesh.from_sample`). With ``autocast`` (``torch.bfloat16`` or
+    """Per-sample relative :math:`L^2` (or :math:`H^1`) errors ``[B]`` of ``operator`` on a
+    :class:`~geoattn.train.loader.MeshBatch` (with ``with_pred``, the pair of the errors and the
+    prediction ``[N, C]``): ``loss(operator(batch.x, batch.mesh), batch.y, batch.mesh)``, the
+    model and the loss on the same mesh. With ``autocast`` (``torch.bfloat16`` or
     ``torch.float16``) the operator runs under :func:`torch.autocast` in that dtype; the errors
     are computed in the target's dtype.
     """
-    if mesh is None:
-        mesh = Mesh.from_sample(batch)
-    with torch.autocast(batch.pos.device.type, dtype=autocast, enabled=autocast is not None):
-        pred = call_inner(operator, batch.x, mesh)
+    mesh = batch.mesh
+    with torch.autocast(mesh.device.type, dtype=autocast, enabled=autocast is not None):
+        pred = operator(batch.x, mesh)
     pred = pred.to(batch.y.dtype)
-    if h1:
-        errors = relative_h1(pred, batch.y, batch.pos, batch.weight, batch.cells, batch.batch,
-                             batch.num_graphs, reduction="none")
-    else:
-        errors = relative_l2(pred, batch.y, batch.weight, batch.batch, batch.num_graphs, reduction="none")
+    loss = relative_h1 if h1 else relative_l2
+    errors = loss(pred, batch.y, mesh, reduction="none")
     return (errors, pred) if with_pred else errors
 
 
 @torch.no_grad()
 def evaluate_errors(operator: NormalizedOperator, samples: Sequence, batch_size: int = 4,
-                    h1: bool = False, meshes: SampleMeshes | None = None) -> torch.Tensor:
+                    h1: bool = False) -> torch.Tensor:
     """Relative errors ``[S]`` of ``operator`` on every sample (eval mode, no gradients).
 
-    The operator gets each batch's :class:`~geoattn.mesh.Mesh` from ``meshes`` (a
-    :class:`~geoattn.train.loader.SampleMeshes` of ``samples``; default: a new one), one per
-    distinct mesh of the samples.
+    ``samples`` is a dataset whose samples name their mesh (:func:`~geoattn.mesh.as_samples`;
+    a list of samples is made one here, which builds their meshes' structure anew: keep the
+    :class:`~geoattn.mesh.MeshSamples` to keep it). Each batch's
+    :class:`~geoattn.mesh.Mesh` comes from ``samples.meshes``.
 
     A batch that runs the GPU out of memory is tried again in halves, down to one sample at a
     time (logged; the errors are per sample, so they do not depend on the batch size): a model
     trained on a coarse mesh can meet a finer one with many more edges or nodes per sample.
     """
+    samples = as_samples(samples)
+    if h1:
+        for i in range(len(samples)):
+            if samples.meshes[mesh_id_of(samples, i)].cells is None:
+                raise FieldLengthError(f"sample {i} has no cells; the H1 loss needs mesh cells")
     was_training = operator.training
     operator.eval()
     device = next(operator.parameters()).device
-    meshes = SampleMeshes(samples) if meshes is None else meshes
     errors, start, size = [], 0, max(1, batch_size)
     try:
         while start < len(samples):
             ids = range(start, min(start + size, len(samples)))
-            batch = [samples[j] for j in ids]
-            for j, d in zip(ids, batch):
-                meshes.add(j, d)
-            mesh = meshes.batch(list(ids)).to(device)
             try:
-                errors.append(sample_errors(operator, collate(batch, h1).to(device), h1, mesh=mesh))
+                errors.append(sample_errors(operator, batches_of(samples, ids, device), h1))
             except torch.OutOfMemoryError:
                 if size == 1:
                     raise
                 size = max(1, size // 2)  # out of the handler first: its frames hold the tensors
             else:
-                start += len(batch)
+                start += len(ids)
                 continue
             if device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -167,21 +161,20 @@ def evaluate_errors(operator: NormalizedOperator, samples: Sequence, batch_size:
 
 
 def validate_samples(samples: Sequence, model: torch.nn.Module, name: str = "training",
-                     h1: bool = False, *, frame: tuple | None | str = "first",
-                     meshes: SampleMeshes | None = None) -> None:
-    """Check every sample once before training: the fields a step needs (``x``, ``y``,
-    ``weight``, and ``cells`` with ``h1=True``), :func:`~geoattn.mesh.validate_sample` without the
-    geometric mesh checks (finite values, valid weights with a positive total, cells in range and
-    not repeated), the model's channels and dimension, a target of non-zero norm, and one
-    coordinate frame (``data.frame``, see :func:`~geoattn.mesh.from_meshio`) for all samples:
-    ``frame``'s, or the first sample's with ``frame="first"``. With ``meshes`` (a
-    :class:`~geoattn.train.loader.SampleMeshes` of ``samples``), the mesh of every sample is
-    found in the same pass.
+                     h1: bool = False, *, frame: tuple | None | str = "first") -> None:
+    """Check every sample once before training: the fields a step needs (``x``, ``y``), each
+    sample's mesh (:func:`~geoattn.mesh.validate_sample` without the geometric mesh checks:
+    finite values, valid weights with a positive total, cells in range and not repeated; once
+    per mesh of ``samples.meshes``, and its cells with ``h1=True``), the fields' lengths against
+    the mesh, the model's channels and dimension, a target of non-zero norm, and one coordinate
+    frame (``data.frame``, see :func:`~geoattn.mesh.from_meshio`) for all samples: ``frame``'s,
+    or the first sample's with ``frame="first"``. ``samples`` names its meshes
+    (:func:`~geoattn.mesh.as_samples`).
 
     Raises:
         MeshError: the specific error, its message prefixed with ``"{name} sample {i}"``.
     """
-    needed = ("x", "y", "weight", "cells") if h1 else ("x", "y", "weight")
+    checked: set[int] = set()
     for i, data in enumerate(samples):
         with located(f"{name} sample {i}"):
             if isinstance(frame, str):
@@ -190,18 +183,25 @@ def validate_samples(samples: Sequence, model: torch.nn.Module, name: str = "tra
                 raise FrameError(f"was read in the frame (origin, scale) {getattr(data, 'frame', None)}, "
                                  f"not {frame} as the training meshes; read every mesh of the model "
                                  "with the same origin= and scale=")
-            missing = [key for key in needed if getattr(data, key, None) is None]
+            missing = [key for key in ("x", "y") if getattr(data, key, None) is None]
             if missing:
-                raise FieldLengthError(f"has no {', '.join(map(repr, missing))}; training needs "
-                                       f"{', '.join(map(repr, needed))}")
-            validate_sample(data, check_mesh=False)
-            model.check_inputs(data.x, data.pos)
-            if data.y.reshape(data.num_nodes, -1).shape[1] != model.out_channels:
+                raise FieldLengthError(f"has no {', '.join(map(repr, missing))}; training needs 'x' and 'y'")
+            k = int(data.mesh_id)
+            mesh = samples.meshes[k]
+            if k not in checked:
+                if h1 and mesh.cells is None:
+                    raise FieldLengthError("has no 'cells'; the H1 loss needs mesh cells")
+                validate_sample(data, check_mesh=False)
+                checked.add(k)
+            for key in ("x", "y"):
+                if data[key].shape[0] != mesh.num_nodes:
+                    raise FieldLengthError(f"{key} has {data[key].shape[0]} rows but its mesh {k} has "
+                                           f"{mesh.num_nodes} nodes")
+            model.check_inputs(data.x, mesh.pos)
+            if data.y.reshape(mesh.num_nodes, -1).shape[1] != model.out_channels:
                 raise ChannelError(f"y has shape {tuple(data.y.shape)} but the model has "
                                    f"{model.out_channels} output channel(s)")
-            relative_l2(data.y, data.y, data.weight)  # raises ZeroNormError on an all-zero target
-            if meshes is not None:
-                meshes.add(i, data)
+            relative_l2(data.y, data.y, mesh)  # raises ZeroNormError on an all-zero target
 
 
 def _grad_scaler(enabled: bool):
@@ -275,7 +275,7 @@ class Trainer:
             GPU) or ``"fp16"`` (float16 autocast with a gradient scaler, CUDA only). Validation
             errors are computed without autocast.
         workers: processes that read and collate the next batches while the model trains
-            (:func:`~geoattn.train.loader.batch_loader`; default ``0``: in this process). Worth it
+            (:class:`~geoattn.train.loader.MeshLoader`; default ``0``: in this process). Worth it
             for lazily read datasets (:class:`~geoattn.data.DarcyDataset`); the batches are the
             same for any number of workers.
         pin_memory: batches in page-locked memory, for faster copies to a GPU (default ``None``:
@@ -302,7 +302,8 @@ class Trainer:
             A positive finite number.
         regularizer: a penalty added to each sample's error in the training loss (the loss
             :math:`\\mathcal J + \\mathfrak G` of Cao's eq. 2): a callable ``(pred, batch) -> [B]``
-            of the prediction ``[N, C]`` in physical units and the collated batch, differentiable
+            of the prediction ``[N, C]`` in physical units and the batch
+            (:class:`~geoattn.train.loader.MeshBatch`: ``x``, ``y``, ``params``, ``mesh``), differentiable
             in ``pred``. The errors reported (``train``, ``val``, ``best.pt``) stay the relative
             errors without it (default ``None``).
         schedule: keywords of :class:`torch.optim.lr_scheduler.OneCycleLR` over PyTorch's
@@ -399,13 +400,12 @@ class Trainer:
                     self.regularizer, "__qualname__", type(self.regularizer).__name__),
                 "schedule": self.schedule}
 
-    def _errors(self, model: torch.nn.Module, batch, mesh: Mesh | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _errors(self, model: torch.nn.Module, batch: MeshBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """The per-sample errors ``[B]`` (:func:`sample_errors`, at the trainer's precision) and
         the per-sample losses (the errors plus the ``regularizer``'s penalties); a model whose
         operations have no kernel in that precision is a :class:`ConfigError` naming it."""
         try:
-            errors, pred = sample_errors(model, batch, self.h1, autocast=self.autocast, mesh=mesh,
-                                         with_pred=True)
+            errors, pred = sample_errors(model, batch, self.h1, autocast=self.autocast, with_pred=True)
         except (RuntimeError, NotImplementedError) as err:
             if "out of memory" in str(err) or self.autocast is None:
                 raise
@@ -481,21 +481,23 @@ class Trainer:
             got = "an empty one" if hasattr(train, "__len__") else f"a {type(train).__name__}"
             raise ConfigError(f"Trainer.fit needs a sequence (a list or a dataset) of at least one "
                               f"training sample, got {got}; nothing was trained or written")
-        # one Mesh per distinct mesh of the samples, found while they are checked and kept for
-        # every step (the structure operators build on a mesh lives in its memo)
-        train_meshes = SampleMeshes(train)
-        validate_samples(train, op.model, "training", self.h1, meshes=train_meshes)
+        # samples that name their meshes: one Mesh per mesh, kept by the dataset from one call
+        # to the next (the structure operators build on a mesh lives in its memo)
+        train = as_samples(train)
+        validate_samples(train, op.model, "training", self.h1)
         frame = getattr(train[0], "frame", None)
-        val_meshes = SampleMeshes(val) if val else None
+        val = as_samples(val) if val else None
         if val:
-            validate_samples(val, op.model, "validation", self.h1, frame=frame, meshes=val_meshes)
+            validate_samples(val, op.model, "validation", self.h1, frame=frame)
         if hasattr(op, "record_frame"):
             op.record_frame(frame)
         device = self.device
         # a RefinedOperator fits its model on the refined training mesh
-        fit_model_mesh(op.model, train_meshes[0])
-        op.x_normalizer.fit((d.x, d.weight) for d in train)
-        op.y_normalizer.fit((d.y, d.weight) for d in train)
+        fit_mesh = getattr(op.model, "fit_mesh", None)  # a module of the user's may have none
+        if fit_mesh is not None:
+            fit_mesh(train.meshes[mesh_id_of(train, 0)])
+        op.x_normalizer.fit((d.x, train.meshes[d.mesh_id].weight) for d in train)
+        op.y_normalizer.fit((d.y, train.meshes[d.mesh_id].weight) for d in train)
         op.to(device)
         steps = math.ceil(len(train) / self.batch_size)
         params = list(op.parameters())
@@ -532,8 +534,8 @@ class Trainer:
                 if device.type == "cuda" else None
             step_model = torch.nn.parallel.DistributedDataParallel(op, device_ids=ids)
         batches = EpochBatches(len(train), self.batch_size, self.seed, self.rank, self.world)
-        pin = self.pin_memory and train[0].pos.device.type == "cpu"  # only host memory can be pinned
-        loader = batch_loader(train, batches, self.h1, self.workers, pin)
+        pin = self.pin_memory and train[0].x.device.type == "cpu"  # only host memory can be pinned
+        loader = MeshLoader(train, batches, device, self.workers, pin)
         show = self.progress and self.rank == 0
         if budget:  # progress in whole seconds of the budget
             shown = min(int(elapsed), math.ceil(budget))
@@ -553,9 +555,8 @@ class Trainer:
                 batches.epoch = epoch
                 op.train()
                 total = torch.zeros(2, dtype=torch.float64, device=device)  # [sum of errors, count]
-                for step, (ids, batch) in enumerate(loader):
-                    batch = batch.to(device, non_blocking=pin)
-                    errors, losses = self._errors(step_model, batch, train_meshes.batch(ids).to(device))
+                for step, batch in enumerate(loader):
+                    errors, losses = self._errors(step_model, batch)
                     loss = losses.mean()  # quadrature-ok: mean over samples
                     if not torch.isfinite(loss):
                         where = f"; the last good checkpoint is {last}" if last is not None and last.exists() else ""
@@ -597,7 +598,7 @@ class Trainer:
                 row = {"epoch": epoch, "train": float(total[0] / total[1]), "val": math.nan,
                        "lr": schedule.get_last_lr()[0], "seconds": seconds, "train_seconds": elapsed}
                 if val:
-                    row["val"] = float(evaluate_errors(op, val, self.batch_size, self.h1, val_meshes).mean())  # quadrature-ok: over samples
+                    row["val"] = float(evaluate_errors(op, val, self.batch_size, self.h1).mean())  # quadrature-ok: over samples
                 self.history.append(row)
                 score = row["val"] if val else row["train"]
                 payload = {**operator_payload(op), "trainer": self.settings}

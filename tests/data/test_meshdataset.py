@@ -209,7 +209,7 @@ class _Model(torch.nn.Module):
         super().__init__()
         self.scale = torch.nn.Parameter(torch.ones(()))
 
-    def forward(self, x, pos, weight, batch=None):
+    def forward(self, x, mesh):
         return self.scale * x[:, :1]
 
 

@@ -17,8 +17,8 @@ class _Scaled(nn.Module):
         super().__init__()
         self.a = nn.Parameter(torch.tensor(float(a)))
 
-    def forward(self, x, pos, weight, batch=None):
-        return x * (1 + self.a * pos[:, :1])
+    def forward(self, x, mesh):
+        return x * (1 + self.a * mesh.pos[:, :1])
 
 
 def _samples(n: int, count: int, seed: int) -> list[Data]:

@@ -8,7 +8,8 @@ from geoattn.data import DarcyDataset
 from geoattn.errors import ConfigError
 from geoattn.models import build_model
 from geoattn.train import NormalizedOperator, Trainer
-from geoattn.train.loader import EpochBatches, batch_loader
+from geoattn.mesh import as_samples
+from geoattn.train.loader import EpochBatches, MeshLoader
 
 
 def test_epoch_batches_cover_the_seeded_order_and_split_it_between_processes():
@@ -34,6 +35,7 @@ class _Tagged(torch.utils.data.Dataset):
 
     def __init__(self, samples):
         self.samples = samples
+        self.meshes = samples.meshes
 
     def __len__(self):
         return len(self.samples)
@@ -41,24 +43,30 @@ class _Tagged(torch.utils.data.Dataset):
     def __getitem__(self, i):
         info = torch.utils.data.get_worker_info()
         data = self.samples[i].clone()
-        data.reader = torch.tensor([-1 if info is None else info.id])
+        data.params = torch.tensor([[-1.0 if info is None else float(info.id)]])
         return data
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_batch_loader_reads_in_the_worker_processes(samples, workers):
+def test_mesh_loader_reads_in_the_worker_processes(samples, workers):
+    """Workers read and collate the fields; every batch's mesh is the batch of the dataset's
+    meshes, made in this process from the same Mesh objects every epoch."""
+    samples = as_samples(samples)
     batches = EpochBatches(len(samples), 3, seed=1)
-    loader, readers = batch_loader(_Tagged(samples), batches, workers=workers), set()
+    loader, readers = MeshLoader(_Tagged(samples), batches, workers=workers), set()
     for epoch in range(2):  # persistent workers follow the epoch set on the sampler
         batches.epoch = epoch
         loaded = list(loader)
         expected = list(batches)
-        assert [b.num_graphs for _, b in loaded] == [len(ids) for ids in expected]
-        for (indices, batch), ids in zip(loaded, expected):
-            assert indices.tolist() == ids
+        assert [b.num_graphs for b in loaded] == [len(ids) for ids in expected]
+        for batch, ids in zip(loaded, expected):
+            assert batch.index.tolist() == ids
             assert torch.equal(batch.x, torch.cat([samples[i].x for i in ids]))
-            readers.update(batch.reader.tolist())
-    assert readers == ({-1} if workers == 0 else {0, 1})
+            members = [samples.meshes[samples[i].mesh_id] for i in ids]
+            assert all(a is b for a, b in zip(batch.mesh.graphs(), members))
+            assert torch.equal(batch.mesh.weight, torch.cat([m.weight for m in members]))
+            readers.update(batch.params.reshape(-1).tolist())
+    assert readers == ({-1.0} if workers == 0 else {0.0, 1.0})
 
 
 def _weights(samples, tmp_path, workers, name="tno"):
