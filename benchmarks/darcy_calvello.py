@@ -82,6 +82,10 @@ SCALES = {
     "cpu": Scale(grid=32, reference=128, n_train=200, n_test=50, epochs=12),
     "gpu": Scale(grid=64, reference=192, n_train=3600, n_test=200, epochs=100, batch_size=2, width=128,
                  depth=6, num_heads=8),
+    # what a few minutes of a shared GPU afford (paper2d_gpu.sh): the paper's grid, a coarser
+    # reference, 1000 + 100 samples, depth 4
+    "gpu-lease": Scale(grid=64, reference=128, n_train=1000, n_test=100, epochs=100, batch_size=4, width=128,
+                       depth=4, num_heads=8, models=("tno", "galerkin", "vit", "fano")),
 }
 
 

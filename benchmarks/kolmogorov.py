@@ -105,6 +105,10 @@ SCALES = {
     "cpu": Scale(solver_n=64, grid=32, n_train=160, n_test=40, epochs=10, solver_dtype="float32"),
     "gpu": Scale(solver_n=128, grid=416, n_train=9000, n_test=500, epochs=100, batch_size=4, width=128,
                  depth=6, num_heads=8, models=("galerkin", "slice", "mesh_fno")),
+    # what a few minutes of a shared GPU afford (paper2d_gpu.sh): the gpu scale's pairs, read on the
+    # 64 x 64 grid, 1000 + 100 of them, depth 4
+    "gpu-lease": Scale(solver_n=128, grid=64, n_train=1000, n_test=100, epochs=100, batch_size=4, width=128,
+                       depth=4, num_heads=8, models=("tno", "galerkin", "vit", "fano")),
 }
 
 
