@@ -240,8 +240,7 @@ def train_grid(experiment: str, scale, data: dict, names: list[str], out: Path, 
     measured before the first step of every epoch (the model after the previous one) and at the end."""
     from kolmogorov import model_kwargs
     from geoattn.models import build_model
-    from geoattn.train import NormalizedOperator, Trainer
-    from geoattn.train.trainer import evaluate_errors
+    from geoattn.train import NormalizedOperator, Trainer, evaluate_errors
 
     train_rows, test_rows = slice(0, scale.n_train), slice(scale.n_train, scale.n_train + scale.n_test)
     train = [d.to(device) for d in grid_samples(experiment, scale, data, train_rows)]
