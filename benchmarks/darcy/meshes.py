@@ -30,7 +30,9 @@ if TYPE_CHECKING:
     from .race import Scale
 
 
-DOMAINS = ("square", "lshape", "holes", "square_holes", "pores", "heldout")
+DOMAINS = ("square", "lshape", "holes", "square_holes", "pores", "heldout", "random_holes")
+#: Domains whose every sample has a domain and a mesh of its own (:mod:`darcy.random_holes`).
+PER_SAMPLE = ("random_holes",)
 HOLES_MESH = Path(__file__).resolve().parents[2] / "meshes" / "disk_two_holes.msh"
 HOLES_H = 0.08  # target edge length of ``HOLES_MESH`` (meshes/generate.py)
 
@@ -214,7 +216,11 @@ def benchmark_meshes(n: int, domain: str = "square") -> dict[str, object]:
     holes), ``pores`` (:data:`PORES`, about 1800 training nodes, every mesh fine at the pores;
     graded: also fine toward ``x = 0``) and ``heldout`` (the quarter annulus with an elliptic hole
     of :data:`HELDOUT_RADII`, :data:`HELDOUT_ELLIPSE`, about 1000 training nodes; graded: fine at
-    the inner arc)."""
+    the inner arc).
+
+    ``random_holes`` (:data:`PER_SAMPLE`: every sample on a domain and meshes of its own, see
+    :mod:`darcy.random_holes`): the meshes of the first sample's domain, ``"train"`` with the
+    square's ``(n + 1)^2`` nodes and ``"finer"``; they size the models."""
     if domain == "square":
         train = families.unit_square(n, "irregular", seed=0)
         return {"train": train, "refined": families.refine(train, 1),
@@ -234,6 +240,10 @@ def benchmark_meshes(n: int, domain: str = "square") -> dict[str, object]:
         return {"train": train, "refined": families.refine(train, 1), "perturbed": jitter(train, seed=1)}
     if domain in ("square_holes", "pores", "heldout"):
         return _fixed_meshes(domain)
+    if domain == "random_holes":
+        from .random_holes import example_meshes
+
+        return example_meshes((n + 1) ** 2)
     raise ValueError(f"domain must be one of {DOMAINS}, got {domain!r}")
 
 

@@ -1,9 +1,10 @@
 """The peers of the Darcy race: other libraries' models behind geoattn's model interface.
 
-Every adapter is a :class:`geoattn.models.NeuralOperator` with ``forward(x, pos, weight, batch)``:
-neuralop's FNO through a regular grid (:class:`GridFNO`, linear interpolation mesh -> grid ->
-mesh), neuralop's GINO on the nodes (:class:`MeshGINO`) and NVIDIA PhysicsNeMo's Transolver on the
-nodes (:class:`Transolver`). None of them takes the quadrature weights.
+Every adapter is a :class:`geoattn.models.NeuralOperator`: neuralop's FNO through a regular grid
+(:class:`GridFNO`, ``forward(x, mesh)``: linear interpolation mesh -> grid -> mesh, the operators
+kept in each mesh's memo) and, with ``forward(x, pos, weight, batch)``, neuralop's GINO on the
+nodes (:class:`MeshGINO`) and NVIDIA PhysicsNeMo's Transolver on the nodes (:class:`Transolver`).
+None of them takes the quadrature weights.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 from scipy.sparse import coo_matrix
 from scipy.spatial import Delaunay
 
+from geoattn.mesh import Mesh
 from geoattn.models import NeuralOperator
 
 from .meshes import inside
@@ -109,13 +111,49 @@ def _sparse(m: coo_matrix, like: torch.Tensor) -> torch.Tensor:
     return torch.sparse_coo_tensor(index, torch.as_tensor(m.data), m.shape, check_invariants=False).to(like).coalesce()
 
 
-def grid_operators(pos: np.ndarray, s: int, domain: str | None = None):
+def cells_to_grid(pos: np.ndarray, cells: np.ndarray, grid: np.ndarray, s: int) -> coo_matrix:
+    """Piecewise-linear interpolation ``[G, N]`` on the triangles ``cells`` of the mesh at the
+    points of the ``s x s`` vertex grid ``grid`` (:func:`_grid`): a point in no triangle (a hole,
+    outside the mesh) gets an empty row. Each triangle is tested against the grid points of its
+    bounding box; a point on an edge takes its first triangle."""
+    lo, hi = grid.min(0), grid.max(0)
+    step = (hi - lo) / (s - 1)
+    tri = pos[cells]  # [T, 3, 2]
+    first = np.clip(np.ceil((tri.min(1) - lo) / step - 1e-9), 0, s - 1).astype(np.int64)  # [T, 2]
+    last = np.clip(np.floor((tri.max(1) - lo) / step + 1e-9), 0, s - 1).astype(np.int64)
+    span = np.maximum(last - first + 1, 0)  # [T, 2]
+    count = span[:, 0] * span[:, 1]
+    t = np.repeat(np.arange(len(cells)), count)  # one (triangle, grid point) pair per candidate
+    k = np.arange(len(t)) - np.repeat(np.cumsum(count) - count, count)
+    g = (first[t, 0] + k // span[t, 1]) * s + first[t, 1] + k % span[t, 1]  # grid index (ij order)
+    a, b, c = tri[t, 0], tri[t, 1], tri[t, 2]  # [P, 2] each
+    e1, e2, q = b - a, c - a, grid[g] - a
+    det = e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0]
+    l1 = (q[:, 0] * e2[:, 1] - q[:, 1] * e2[:, 0]) / det
+    l2 = (e1[:, 0] * q[:, 1] - e1[:, 1] * q[:, 0]) / det
+    bary = np.stack([1 - l1 - l2, l1, l2], 1)  # [P, 3]
+    hit = np.flatnonzero((bary >= -1e-10).all(1))
+    g, first_hit = np.unique(g[hit], return_index=True)
+    hit = hit[first_hit]
+    return coo_matrix((bary[hit].ravel(), (np.repeat(g, 3), cells[t[hit]].ravel())), shape=(len(grid), len(pos)))
+
+
+def grid_operators(pos: np.ndarray, s: int, domain: str | None = None, cells: np.ndarray | None = None):
     """Interpolation ``[s*s, N]`` from the nodes to the ``s x s`` grid on their bounding box, back
     ``[N, s*s]``, and the grid's domain mask ``[s*s]`` (``None`` without a domain).
 
     With a ``domain`` (:func:`inside`), the rows of the grid points outside it are zero: FNO sees
-    zero there, and the mask channel tells it where the domain ends."""
+    zero there, and the mask channel tells it where the domain ends. ``domain="cells"``: the
+    domain is the mesh's own triangles ``cells`` (every sample its own domain), interpolated on
+    them (:func:`cells_to_grid`)."""
     grid = _grid(torch.as_tensor(pos), s)
+    if domain == "cells":
+        if cells is None:
+            raise ValueError("domain='cells' masks the grid by the mesh's triangles: give the cells")
+        to_grid = cells_to_grid(pos, cells, grid, s)
+        mask = np.zeros(len(grid), dtype=bool)
+        mask[to_grid.row] = True
+        return to_grid, grid_to_mesh(pos, grid.min(0), grid.max(0), s), mask
     to_grid = mesh_to_grid(pos, grid)
     mask = None
     if domain is not None:
@@ -125,11 +163,12 @@ def grid_operators(pos: np.ndarray, s: int, domain: str | None = None):
     return to_grid, grid_to_mesh(pos, grid.min(0), grid.max(0), s), mask
 
 
-class GridFNO(_MeshAdapter):
+class GridFNO(NeuralOperator):
     """neuralop's FNO on an ``s x s`` grid, with linear interpolation mesh -> grid -> mesh.
 
     ``domain`` (a name of :func:`inside`): zero the grid points outside the domain and add a mask
-    channel to FNO's input (``None``: the grid is the domain, no mask)."""
+    channel to FNO's input (``None``: the grid is the domain, no mask; ``"cells"``: each graph's
+    domain is its own mesh's triangles, so every sample gets its own mask)."""
 
     model_name = "neuralop-fno"
 
@@ -144,39 +183,30 @@ class GridFNO(_MeshAdapter):
                             modes=modes, width=width, depth=depth, domain=domain)
         self.fno = FNO(n_modes=(modes, modes), in_channels=in_channels + (domain is not None),
                        out_channels=out_channels, hidden_channels=width, n_layers=depth)
-        self._cache: dict[tuple, tuple] = {}
 
-    def _operators(self, pos: torch.Tensor):
-        key = (pos.shape[0], pos.device, pos.dtype, hash(pos.detach().cpu().numpy().tobytes()))
-        if key not in self._cache:
-            to_grid, to_mesh, mask = grid_operators(pos.detach().cpu().double().numpy(), self.grid, self.domain)
-            mask = None if mask is None else torch.as_tensor(mask, dtype=pos.dtype, device=pos.device)
-            self._cache[key] = (_sparse(to_grid, pos), _sparse(to_mesh, pos), mask)
-        return self._cache[key]
+    def _operators(self, mesh: Mesh) -> tuple:
+        """The sparse interpolations of one graph to the grid and back, and its mask (or ``None``)."""
+        pos = mesh.pos.detach().cpu().double().numpy()
+        cells = None if mesh.cells is None else mesh.cells.cpu().numpy()
+        to_grid, to_mesh, mask = grid_operators(pos, self.grid, self.domain, cells)
+        mask = None if mask is None else torch.as_tensor(mask, dtype=mesh.dtype, device=mesh.device)
+        return _sparse(to_grid, mesh.pos), _sparse(to_mesh, mesh.pos), mask
 
-    def forward(self, x, pos, weight, batch=None):
-        """Every graph interpolated to the grid with its own mesh's operators, one FNO call on the
-        stacked grids (a batch mixing meshes runs as one batch), each output read at its nodes."""
-        runs = _graphs(x, pos, batch)
-        ops = [self._operators(p) for _, p, _ in runs]
+    def forward(self, x: torch.Tensor, mesh: Mesh) -> torch.Tensor:
+        """Every graph interpolated to the grid with its own mesh's operators (kept in its memo),
+        one FNO call on the stacked grids, each output read at its nodes."""
+        s = self.grid
+        ops = mesh.per_graph(("grid_fno", s, self.domain), self._operators)
+        xs = x.split(list(mesh.layout.counts))
         grids = []
-        for (xs, p, _), (to_grid, _, mask) in zip(runs, ops):
-            b, n, c = xs.shape
-            g = torch.sparse.mm(to_grid, xs.permute(1, 0, 2).reshape(n, b * c))  # [s*s, B*C]
-            g = g.reshape(self.grid, self.grid, b, c).permute(2, 3, 0, 1)  # [B, C, s, s]
+        for xg, (to_grid, _, mask) in zip(xs, ops):
+            g = torch.sparse.mm(to_grid, xg).T.reshape(1, -1, s, s)  # [1, C, s, s]
             if mask is not None:
-                g = torch.cat([g, mask.reshape(1, 1, self.grid, self.grid).expand(b, 1, -1, -1)], 1)
+                g = torch.cat([g, mask.reshape(1, 1, s, s)], 1)
             grids.append(g)
-        y = self.fno(torch.cat(grids))  # [B_total, C_out, s, s]
-        out, start = x.new_empty(x.shape[0], self.out_channels), 0
-        for (xs, p, slices), (_, to_mesh, _) in zip(runs, ops):
-            b, n = xs.shape[:2]
-            yk = y[start:start + b].permute(2, 3, 0, 1).reshape(self.grid * self.grid, -1)  # [s*s, B*C_out]
-            yk = torch.sparse.mm(to_mesh, yk).reshape(n, b, -1).permute(1, 0, 2)  # [B, N, C_out]
-            for k, sl in enumerate(slices):
-                out[sl] = yk[k]
-            start += b
-        return out
+        y = self.fno(torch.cat(grids))  # [B, C_out, s, s]
+        return torch.cat([torch.sparse.mm(to_mesh, y[k].reshape(-1, s * s).T)  # [N_k, C_out]
+                          for k, (_, to_mesh, _) in enumerate(ops)])
 
 
 class Transolver(_MeshAdapter):

@@ -32,8 +32,8 @@ from geoattn.operators import RefinedOperator
 from geoattn.nn.spectral import resolved_modes
 from geoattn.train import NormalizedOperator, symmetrize, train_ensemble
 
-from .meshes import (SYMMETRIES, benchmark_meshes, cell_size, coefficient_field, reference_targets,
-                     solve_samples)
+from .meshes import (PER_SAMPLE, SYMMETRIES, benchmark_meshes, cell_size, coefficient_field,
+                     reference_targets, solve_samples)
 from .peers import GridFNO, MeshGINO, Transolver
 
 log = logging.getLogger("darcy_compare")
@@ -112,10 +112,11 @@ def peer_configuration(scale: Scale, domain: str = "square") -> dict:
     """FNO through a grid as its users would configure it: ``s x s`` grid points with
     ``s = round(sqrt(N))`` for the ``N`` nodes of the training mesh (unless the scale fixes
     ``grid``), neuralop's example modes (``scale.modes``, at most ``s // 2``), 4 layers, the
-    scale's width; masked outside the domain unless it is the square."""
+    scale's width; masked outside the domain unless it is the square (by each sample's own mesh
+    on the domains of :data:`PER_SAMPLE`)."""
     s = scale.grid or round(training_nodes(scale.mesh_n, domain) ** 0.5)
-    return dict(grid=s, modes=min(scale.modes, s // 2), width=scale.width, depth=4,
-                domain=None if domain == "square" else domain)
+    mask = None if domain == "square" else "cells" if domain in PER_SAMPLE else domain
+    return dict(grid=s, modes=min(scale.modes, s // 2), width=scale.width, depth=4, domain=mask)
 
 
 def multigrid_configuration(scale: Scale, domain: str = "square", levels: int = 4) -> dict:
@@ -319,20 +320,52 @@ def configuration(op: torch.nn.Module) -> str:
     return f"{type(model).__name__}({text})"
 
 
-def run_family(family: str, scale: Scale, names: list[str] | None, device: torch.device,
-               seed: int = 0, domain: str = "square", reference: bool = False, resolve: bool = False) -> dict:
-    """Train every model on one coefficient family and score it on every mesh of the domain
-    (with ``reference``, also against :func:`reference_targets`; with ``resolve``, also each
-    model wrapped in :class:`geoattn.operators.RefinedOperator`)."""
-    meshes = benchmark_meshes(scale.mesh_n, domain)
-    field = coefficient_field(meshes)
+def race_data(family: str, scale: Scale, seed: int = 0, domain: str = "square") -> dict:
+    """The samples of one race: ``{"train": [...], "test": {mesh: [...]}, "val": [...] or None,
+    "refined": [...] or None}`` (``refined``: the training samples carried to their meshes refined
+    once, made here only on the domains of :data:`PER_SAMPLE`, where every sample has its own
+    mesh and the solving processes refine them; elsewhere :func:`run_family` refines the one
+    training mesh). On those domains the test meshes are new domains at the training size
+    (``"train"``) and the same domains meshed finer (``"finer"``), and ``scale.validation``
+    samples lie on domains of their own too."""
     tic = time.perf_counter()
     workers = scale.data_workers
-    train = solve_samples({"train": meshes["train"]}, scale.n_train, seed, family, field, workers=workers)["train"]
-    test = solve_samples(meshes, scale.n_test, seed, family, field, start=scale.n_train, workers=workers)
-    val = solve_samples({"train": meshes["train"]}, scale.validation, seed, family, field,
-                  start=scale.n_train + scale.n_test, workers=workers)["train"] if scale.validation else None
+    if domain in PER_SAMPLE:
+        from .random_holes import random_holes_samples, test_sizes
+
+        nodes = (scale.mesh_n + 1) ** 2
+        refine = ("train",) if scale.refine_data else ()
+        train = random_holes_samples({"train": nodes}, scale.n_train, seed, family, workers=workers, refine=refine)
+        test = random_holes_samples(test_sizes(nodes), scale.n_test, seed, family, start=scale.n_train,
+                                    workers=workers)
+        val = random_holes_samples({"train": nodes}, scale.validation, seed, family, workers=workers,
+                                   start=scale.n_train + scale.n_test)["train"] if scale.validation else None
+        data = dict(train=train["train"], test=test, val=val, refined=train.get("train_refined"))
+    else:
+        meshes = benchmark_meshes(scale.mesh_n, domain)
+        field = coefficient_field(meshes)
+        train = solve_samples({"train": meshes["train"]}, scale.n_train, seed, family, field, workers=workers)["train"]
+        test = solve_samples(meshes, scale.n_test, seed, family, field, start=scale.n_train, workers=workers)
+        val = solve_samples({"train": meshes["train"]}, scale.validation, seed, family, field,
+                            start=scale.n_train + scale.n_test, workers=workers)["train"] if scale.validation else None
+        data = dict(train=train, test=test, val=val, refined=None)
     log.info("%s: data in %.1f s", family, time.perf_counter() - tic)
+    return data
+
+
+def run_family(family: str, scale: Scale, names: list[str] | None, device: torch.device,
+               seed: int = 0, domain: str = "square", reference: bool = False, resolve: bool = False,
+               data: dict | None = None) -> dict:
+    """Train every model on one coefficient family and score it on every mesh of the domain
+    (with ``reference``, also against :func:`reference_targets`; with ``resolve``, also each
+    model wrapped in :class:`geoattn.operators.RefinedOperator`). ``data``: the samples of
+    :func:`race_data`, made already (default: made here)."""
+    if domain in PER_SAMPLE and (reference or scale.symmetries):
+        raise ValueError(f"the {domain!r} domain gives every sample its own domain: no reference targets "
+                         "or symmetries")
+    meshes = benchmark_meshes(scale.mesh_n, domain)
+    data = data or race_data(family, scale, seed, domain)
+    train, test, val = data["train"], data["test"], data["val"]
     if scale.symmetries:
         train = augment(train, SYMMETRIES[domain])  # |G| images of every training sample, checked
     train = [d.to(device) for d in train]
@@ -350,7 +383,7 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
 
     report = CrossMeshReport({mesh: samples[0].num_nodes for mesh, samples in test.items()}, "train")
     # geoattn's models, with refine_data: the loss against the data's interpolants between the nodes too
-    fine = refined_samples(train) if scale.refine_data else train
+    fine = (data.get("refined") or refined_samples(train)) if scale.refine_data else train
     size = supersampled_size(scale.mesh_n, domain, scale.supersample)
     for name, make in model_factories(scale, names, domain).items():
         def build(name=name, make=make):
@@ -405,7 +438,7 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
         log.info("%s %s: test %s", family, name, {mesh: round(report.mean(name, mesh), 4) for mesh in report.nodes})
     scored = {"test": report}
     if reference:
-        targets = reference_targets(meshes, scale, family, field, seed)
+        targets = reference_targets(meshes, scale, family, coefficient_field(meshes), seed)
         targets = {k: [d.to(device) for d in v] for k, v in targets.items()}
         scored["test_reference"] = cross_mesh_report(operators, targets, reference="train",
                                                      batch_size=scale.batch_size)
