@@ -19,13 +19,13 @@ from pathlib import Path
 import numpy as np
 import skfem
 import torch
-from torch_geometric.loader import DataLoader
 
 from geoattn.data import darcy_samples, preset
 from geoattn.data.dataset import DarcyDataset
 from geoattn.data.generate import generate_darcy
 from geoattn.data.recipe import Recipe
 from geoattn.mesh import families
+from geoattn.train.loader import batches_of
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,8 @@ def main(n: int = 4, family: str = "lognormal", seed: int = 0) -> dict[str, floa
 def write_and_read(out: Path, n: int, family: str) -> None:
     recipe = Recipe(meshes={"coarse": COARSE, "fine": FINE}, n=n, seed=0, family=family)
     generate_darcy(out, recipe)
-    batch = next(iter(DataLoader(DarcyDataset(out, mesh="fine"), batch_size=min(n, 4))))
-    log.info("read back a batch of %d samples, %d nodes in all", batch.num_graphs, batch.num_nodes)
+    batch = batches_of(DarcyDataset(out, mesh="fine"), range(min(n, 4)))  # fields and their Mesh
+    log.info("read back a batch of %d samples, %d nodes in all", batch.num_graphs, batch.mesh.num_nodes)
 
 
 def plot(path: Path, family: str = "piecewise", seed: int = 0) -> None:

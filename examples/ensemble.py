@@ -26,7 +26,7 @@ import torch
 
 from geoattn.data import darcy_samples
 from geoattn.eval import cross_mesh_report
-from geoattn.mesh import Mesh, families
+from geoattn.mesh import families
 from geoattn.models import build_model
 from geoattn.train import NormalizedOperator, Trainer, train_ensemble
 
@@ -57,26 +57,28 @@ def main(train: int = 100, test: int = 10, val: int = 10, epochs: int = 300, mem
     errors, spreads = [], []
     ensemble.eval()
     with torch.no_grad():
-        mesh = Mesh.from_sample(test_sets["other"][0])  # one mesh, shared by the samples on it
-        for s in test_sets["other"]:
+        other = test_sets["other"]
+        for s in other:
+            mesh = other.meshes[s.mesh_id]  # the samples' one Mesh, its structure built once
             errors.append((ensemble(s.x, mesh) - s.y).abs().flatten())
             spreads.append(ensemble.spread(s.x, mesh).flatten())
     correlation = float(np.corrcoef(torch.cat(errors).numpy(), torch.cat(spreads).numpy())[0, 1])
     print(f"other mesh: correlation of the members' spread with the mean's pointwise error {correlation:.2f}")
     if plot:
-        draw(test_sets["other"][0], ensemble, plot)
+        draw(test_sets["other"], ensemble, plot)
     return report, correlation
 
 
-def draw(sample, ensemble, path: str) -> None:
-    """The mean's pointwise error and the members' spread on one sample."""
+def draw(samples, ensemble, path: str) -> None:
+    """The mean's pointwise error and the members' spread on the first of ``samples``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import matplotlib.tri as mtri
 
-    mesh = Mesh.from_sample(sample)
+    sample = samples[0]
+    mesh = samples.meshes[sample.mesh_id]
     with torch.no_grad():
         error = (ensemble(sample.x, mesh) - sample.y)[:, 0].abs()
         spread = ensemble.spread(sample.x, mesh)[:, 0]

@@ -24,7 +24,7 @@ import torch
 
 from geoattn.data import darcy_samples
 from geoattn.eval import cross_mesh_report
-from geoattn.mesh import Mesh, families
+from geoattn.mesh import families
 from geoattn.models import build_model
 from geoattn.operators import LatentMeshOperator
 from geoattn.train import NormalizedOperator, Trainer
@@ -43,7 +43,7 @@ def main(train: int = 96, test: int = 8, epochs: int = 25, n: int = 16, width: i
                         modes=2, quadrature="p1", scores="p1")
     operator = NormalizedOperator(model)
     Trainer(operator, epochs=epochs, batch_size=4, lr=3e-3, progress=False).fit(train_set)
-    latent = LatentMeshOperator(operator, Mesh.from_sample(train_set[0]))
+    latent = LatentMeshOperator(operator, train_set.meshes[0])
     report = cross_mesh_report({"as is": operator, "latent": latent}, test_sets, reference="train")
     print(report.table())
     return report
