@@ -74,7 +74,10 @@ def build(name: str, first, device="cpu"):
     torch.manual_seed(0)
     model = build_model(name, **kwargs(name))
     if hasattr(model, "fit_mesh"):
-        model.fit_mesh(first.pos, first.weight, first.cells)
+        if NEW:
+            model.fit_mesh(gmesh.Mesh(first.pos, first.weight, first.cells))
+        else:
+            model.fit_mesh(first.pos, first.weight, first.cells)
     return model.to(device)
 
 

@@ -2,7 +2,8 @@ r"""Property checks for layers that discretise continuum operators.
 
 Each check states a mathematical property of a layer with the common signature
 ``layer(x, pos, weight, batch=None) -> [N, C]`` and raises ``AssertionError`` with the measured
-deviation when it fails, so a test is one line:
+deviation when it fails, so a test is one line (a model, called ``model(x, mesh)``, is checked
+as the layer :func:`mesh_layer` ``(model)``):
 
 - :func:`assert_permutation_equivariant`: renumbering nodes renumbers the outputs;
 - :func:`assert_batch_independent`: a graph's output does not depend on the other graphs in its
@@ -44,10 +45,23 @@ __all__ = [
     "assert_rejects_mismatched_inputs",
     "convergence_rate",
     "differences_to_finest",
+    "mesh_layer",
     "refinement_samples",
 ]
 
 Layer = Callable[..., torch.Tensor]
+
+
+def mesh_layer(model: torch.nn.Module) -> Layer:
+    """``model`` (called ``model(x, mesh)``) as a layer ``(x, pos, weight, batch=None)``: each
+    call makes a new :class:`~geoattn.mesh.Mesh` of its tensors, for the property checks here."""
+    from .mesh.mesh import Mesh
+
+    def layer(x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
+              batch: torch.Tensor | None = None) -> torch.Tensor:
+        return model(x, Mesh(pos, weight, batch=batch))
+
+    return layer
 
 
 def _assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str, atol: float,
@@ -216,7 +230,6 @@ def assert_rejects_mismatched_inputs(model: torch.nn.Module, num_nodes: int = 5)
     :class:`~geoattn.errors.ChannelError` whose messages name what was expected."""
     from .errors import ChannelError, DimensionError
     from .mesh.mesh import Mesh
-    from .operators.wrapper import call_inner
 
     dim, channels = model.dim, model.in_channels
     p = next(model.parameters())
@@ -227,13 +240,13 @@ def assert_rejects_mismatched_inputs(model: torch.nn.Module, num_nodes: int = 5)
     weight = zeros(num_nodes) + 1.0 / num_nodes
     wrong_dim = dim + 1 if dim < 3 else 2
     try:
-        call_inner(model, zeros(num_nodes, channels), Mesh(zeros(num_nodes, wrong_dim), weight))
+        model(zeros(num_nodes, channels), Mesh(zeros(num_nodes, wrong_dim), weight))
     except DimensionError as err:
         assert f"built for {dim}-D" in str(err), f"DimensionError does not name {dim}-D: {err}"
     else:
         raise AssertionError(f"{type(model).__name__} accepted {wrong_dim}-D coordinates")
     try:
-        call_inner(model, zeros(num_nodes, channels + 1), Mesh(zeros(num_nodes, dim), weight))
+        model(zeros(num_nodes, channels + 1), Mesh(zeros(num_nodes, dim), weight))
     except ChannelError as err:
         assert f"expects {channels} input channel" in str(err), f"ChannelError does not name {channels}: {err}"
     else:
@@ -250,13 +263,12 @@ def assert_model_converges(model: torch.nn.Module, function: Callable[[torch.Ten
     included."""
     from .mesh import families, from_meshio
     from .mesh.mesh import Mesh
-    from .operators.wrapper import call_inner
 
     levels = [Mesh.from_sample(from_meshio(families.refine(mesh, t) if t else mesh, dtype=torch.float64))
               for t in times]
     samples = [(function(m.pos), m.pos, m.weight, 2.0**-t) for m, t in zip(levels, times)]
     n = len(samples[0][1])
-    outs = [call_inner(model, x, m)[:n] for (x, *_), m in zip(samples, levels)]
+    outs = [model(x, m)[:n] for (x, *_), m in zip(samples, levels)]
     errors = [float((o - outs[-1]).abs().max()) for o in outs[:-1]]
     rate = convergence_rate([s[3] for s in samples[:-1]], errors)
     if not rate >= order:
@@ -272,12 +284,11 @@ def assert_batched_equals_separate(model: torch.nn.Module, samples: Sequence, at
     ``model.hparams`` with the same state gives identical outputs."""
     from .mesh.mesh import Mesh
     from .models import build_model
-    from .operators.wrapper import call_inner
 
     samples = list(samples)
     meshes = [Mesh.from_sample(d) for d in samples]
-    alone = torch.cat([call_inner(model, d.x, m) for d, m in zip(samples, meshes)])
-    batched = call_inner(model, torch.cat([d.x for d in samples]), Mesh.batch(meshes))
+    alone = torch.cat([model(d.x, m) for d, m in zip(samples, meshes)])
+    batched = model(torch.cat([d.x for d in samples]), Mesh.batch(meshes))
     _assert_close(batched, alone, "batch vs alone", atol, 0.0)
     p = next(model.parameters())
     again = build_model(model.model_name, **model.hparams).to(p.dtype)

@@ -89,7 +89,7 @@ class _Unchecked(torch.nn.Module):
         super().__init__()
         self.lin = torch.nn.Linear(1, 1)
 
-    def forward(self, x, pos, weight, batch=None):
+    def forward(self, x, mesh):
         return x[:, :1]
 
 
@@ -117,7 +117,8 @@ class _Mean(torch.nn.Module):
         self.scale = torch.nn.Parameter(torch.ones((), dtype=torch.float64))
         self.weighted, self.use_batch = weighted, use_batch
 
-    def forward(self, x, pos, weight, batch=None):
+    def forward(self, x, mesh):
+        weight, batch = mesh.weight, mesh.batch_vector
         w = weight if self.weighted else torch.ones_like(weight)
         b = batch if self.use_batch and batch is not None else torch.zeros(len(x), dtype=torch.long)
         mean = integrate(x, w, b) / integrate(torch.ones_like(w), w, b)[:, None]

@@ -19,13 +19,12 @@ structure comes from each member's memo.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple
 
 import torch
 
-__all__ = ["Layout", "Mesh", "as_mesh", "tensor_identity", "value_key"]
+__all__ = ["Layout", "Mesh", "value_key"]
 
 
 class Layout(NamedTuple):
@@ -82,6 +81,12 @@ class Mesh:
     Attributes:
         layout (Layout): nodes per graph, computed once.
         memo (dict): derived structure, see :meth:`cached`.
+        checked (bool): a model's checks of the mesh (weights, batch order, finite coordinates,
+            :func:`~geoattn.models.base.check_call`) passed; they are not run again.
+        weights_checked (bool): :func:`~geoattn.mesh.validate_weights` passed.
+        weights_known (bool): ``False`` for a query mesh given by its nodes only (the former
+            ``pos_query`` without ``weight_query``): its weights are placeholders, and an operator
+            that integrates over the query mesh refuses it.
 
     Two meshes are the same mesh only if they are the same object: a mesh is a value created
     once per discretisation and passed along, never looked up by its coordinates.
@@ -106,6 +111,9 @@ class Mesh:
             raise ValueError(f"the layout counts {self.layout.num_nodes} nodes, pos has {pos.shape[0]}")
         self.members = tuple(members) if members is not None else None
         self.memo: dict[Hashable, Any] = {}
+        self.checked = False
+        self.weights_checked = False
+        self.weights_known = True
 
     # ---------------------------------------------------------------- construction
 
@@ -291,49 +299,6 @@ def value_key(obj) -> Hashable:
     return (type(obj).__name__, *(value(v) for v in vars(obj).values()))
 
 
-def tensor_identity(t) -> tuple | None:
-    """Which tensor object ``t`` is, as far as its values go: its memory, shape, strides, dtype,
-    device and in-place version (``None`` for ``None``). Equal identities, with the tensors kept
-    alive, mean the same values; a mesh is never recognised by comparing its coordinates."""
-    if not torch.is_tensor(t):
-        return None
-    return (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, str(t.device), t._version)
-
-
-#: Meshes made by :func:`as_mesh` from bare tensors, by the tensors' identities (the tensors kept
-#: alive with them), the most recent last: the former call ``op(x, pos, weight, batch)`` repeated
-#: with the same tensor objects gets the same Mesh, and so its structure, back.
-_BRIDGED: OrderedDict = OrderedDict()
-_BRIDGED_SIZE = 8
-
-
-def as_mesh(mesh, weight: torch.Tensor | None = None, batch: torch.Tensor | None = None,
-            cells: torch.Tensor | None = None) -> Mesh:
-    """``mesh`` itself if it is a :class:`Mesh`; bare tensors ``(pos, weight, batch)`` (the former
-    operator contract) made into a :class:`Mesh` (its layout read once). The same tensor objects,
-    unchanged, give the same Mesh back (the last few are kept, see :func:`tensor_identity`);
-    other tensors with equal values give a new one: keep a :class:`Mesh` to keep its structure."""
-    if isinstance(mesh, Mesh):
-        if weight is not None or batch is not None:
-            raise TypeError("pass a Mesh alone: its weights and batch layout are part of it")
-        return mesh
-    if not torch.is_tensor(mesh):
-        raise TypeError(f"expected a geoattn.mesh.Mesh (or node coordinates pos [N, d] with weight [N]), "
-                        f"got {type(mesh).__name__}")
-    if weight is None:
-        raise TypeError("node coordinates without weights: pass a geoattn.mesh.Mesh(pos, weight), "
-                        "or pos and weight")
-    key = tuple(tensor_identity(t) for t in (mesh, weight, batch, cells))
-    found = _BRIDGED.get(key)
-    if found is None:
-        found = _BRIDGED[key] = ((mesh, weight, batch, cells), Mesh(mesh, weight, cells, batch=batch))
-        while len(_BRIDGED) > _BRIDGED_SIZE:
-            _BRIDGED.popitem(last=False)
-    else:
-        _BRIDGED.move_to_end(key)
-    return found[1]
-
-
 def _refine_one(mesh: Mesh, size: float) -> tuple[Mesh, torch.Tensor]:
     import meshio
     import numpy as np
@@ -362,3 +327,11 @@ def _refine_one(mesh: Mesh, size: float) -> tuple[Mesh, torch.Tensor]:
 
 def _shape(t) -> str:
     return f"shape {tuple(t.shape)}" if torch.is_tensor(t) else type(t).__name__
+
+
+def __getattr__(name: str):  # transitional: the former bridge lives in geoattn.compat
+    if name == "tensor_identity":
+        from .. import compat
+
+        return getattr(compat, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

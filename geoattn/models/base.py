@@ -18,7 +18,7 @@ from torch import nn
 
 from ..errors import (BatchOrderError, ChannelError, ConfigError, DimensionError, DTypeError,
                       FieldLengthError, NonFiniteError, WeightError)
-from ..mesh.mesh import Mesh, as_mesh
+from ..mesh.mesh import Mesh
 from ..mesh.validation import validate_weights
 
 MODELS: dict[str, type[NeuralOperator]] = {}
@@ -29,54 +29,14 @@ RENAMED_ARGUMENTS = {"heads": "num_heads"}
 log = logging.getLogger(__name__)
 
 
-def call_arguments(mesh, args: tuple, kwargs: dict, x: torch.Tensor | None = None) -> tuple[Mesh, Mesh | None]:
-    """The ``(mesh, query)`` of an operator call ``op(x, mesh, *, query=None)``, or of the former
-    ``op(x, pos, weight, batch=None, *, pos_query=None, weight_query=None, batch_query=None)``
-    (bare tensors become a :class:`~geoattn.mesh.Mesh`, see :func:`~geoattn.mesh.as_mesh`).
-    The keywords it reads are removed from ``kwargs``; any left are the caller's to refuse."""
-    query = kwargs.pop("query", None)
-    if isinstance(mesh, Mesh):
-        if args or kwargs.pop("batch", None) is not None or {"pos_query", "weight_query", "batch_query"} & set(kwargs):
-            raise TypeError("call an operator as op(x, mesh) or op(x, mesh, query=query_mesh): the "
-                            "Mesh carries pos, weight, cells and the batch layout")
-        return mesh, query
-    if len(args) > 2:
-        raise TypeError(f"too many positional arguments: op(x, mesh, *, query=None), got {2 + len(args)}")
-    weight = args[0] if args else kwargs.pop("weight", None)
-    batch = args[1] if len(args) > 1 else kwargs.pop("batch", None)
-    pos_query = kwargs.pop("pos_query", None)
-    weight_query = kwargs.pop("weight_query", None)
-    batch_query = kwargs.pop("batch_query", None)
-    if x is not None:  # the former contract's checks, in its order, before a Mesh is made
-        n = x.shape[0]
-        bad_weight = not torch.is_tensor(weight) or weight.dim() != 1 or weight.shape[0] != n
-        bad_batch = batch is not None and (not torch.is_tensor(batch) or batch.shape != (n,)
-                                           or batch.is_floating_point() or batch.dtype == torch.bool)
-        if bad_weight or bad_batch:
-            validate_weights(weight, n, batch=batch)  # names the problem
-        if batch is not None and n > 0:
-            step = batch[1:] - batch[:-1]
-            if bool((batch[0] != 0) | ((step != 0) & (step != 1)).any()):
-                NeuralOperator._raise_value_error(x, mesh, weight, batch)
-    mesh = as_mesh(mesh, weight, batch)
-    if pos_query is not None:
-        given = weight_query is not None
-        if not given:  # a query mesh for a decoder that only reads its nodes
-            weight_query = pos_query.new_ones(pos_query.shape[0])
-        query = Mesh(pos_query, weight_query, batch=batch_query)
-        if not given:
-            query.memo["weights_unknown"] = True
-    return mesh, query
-
-
 class NeuralOperator(nn.Module):
     """A map between functions on meshes: ``model(x, mesh, *, query=None)``.
 
     ``x [N, C_in]`` holds the input's values at the nodes of ``mesh`` (a
     :class:`~geoattn.mesh.Mesh`: nodes, quadrature weights, optional cells, batch layout and a
     memo of derived structure); ``query`` is another :class:`~geoattn.mesh.Mesh` for the models
-    that answer on other nodes. The former call ``model(x, pos, weight, batch)`` still works:
-    it makes a new :class:`~geoattn.mesh.Mesh` on every call (so structure is rebuilt every call).
+    that answer on other nodes. The former call ``model(x, pos, weight, batch)`` still works for
+    one minor version, with a :class:`DeprecationWarning` (:func:`geoattn.compat.legacy_call`).
 
     Subclasses take ``in_channels``, ``out_channels`` and ``dim`` (spatial dimension) first and
     implement ``forward(x, mesh, *, query=None)``. :meth:`check_inputs` rejects inputs of the wrong
@@ -93,8 +53,6 @@ class NeuralOperator(nn.Module):
                 raise ValueError(f"model name {name!r} is already registered by {MODELS[name].__name__}")
             MODELS[name] = cls
             cls.model_name = name
-        params = list(inspect.signature(cls.forward).parameters)
-        cls._takes_mesh = len(params) > 2 and params[2] == "mesh"
         init = cls.__init__
         signature = inspect.signature(init)
 
@@ -111,22 +69,15 @@ class NeuralOperator(nn.Module):
 
         cls.__init__ = recording_init
 
-    def __call__(self, x: torch.Tensor, mesh=None, *args, **kwargs) -> torch.Tensor:
-        mesh, query = call_arguments(mesh, args, kwargs, x)  # leaves other keywords in kwargs
-        if not self._takes_mesh:  # a forward written for (x, pos, weight, batch)
-            if query is not None:
-                kwargs.update(pos_query=query.pos, batch_query=query.batch_vector)
-                if not query.memo.get("weights_unknown"):
-                    kwargs.update(weight_query=query.weight)
-            return super().__call__(x, mesh.pos, mesh.weight, mesh.batch_vector, **kwargs)
-        if kwargs:
-            raise TypeError(f"{type(self).__name__}: unexpected keyword argument(s) {sorted(kwargs)}; "
-                            "call it as model(x, mesh) or model(x, mesh, query=query_mesh)")
-        if query is None:
-            return super().__call__(x, mesh)
-        return super().__call__(x, mesh, query=query)
+    def __call__(self, x: torch.Tensor, mesh: Mesh | None = None, *args, **kwargs) -> torch.Tensor:
+        if isinstance(mesh, Mesh) and not args and set(kwargs) <= {"query"}:
+            query = kwargs.get("query")
+            return super().__call__(x, mesh) if query is None else super().__call__(x, mesh, query=query)
+        from ..compat import legacy_call
 
-    def fit_mesh(self, mesh: Mesh, weight: torch.Tensor | None = None, cells: torch.Tensor | None = None) -> None:
+        return legacy_call(self, x, mesh, *args, **kwargs)
+
+    def fit_mesh(self, mesh: Mesh) -> None:
         """Fit the model's mesh-dependent state on the training mesh, once, before training.
 
         Nothing for most models; the patched models (:class:`~geoattn.models.patched.PatchedOperator`)
@@ -136,134 +87,166 @@ class NeuralOperator(nn.Module):
         """
 
     def check_inputs(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor | None = None) -> None:
-        """Raise :class:`~geoattn.errors.DimensionError` / :class:`~geoattn.errors.ChannelError`
-        when ``pos`` or ``x`` do not match the dimension and channels the model was built for, and
-        :class:`~geoattn.errors.DTypeError` when ``x``, ``pos`` (or ``weight``, if given) are not
-        of the dtype of the model's parameters.
+        """Refuse inputs of another dimension, width or dtype than the model's, with a typed error
+        (:func:`~geoattn.models.base.check_inputs`)."""
+        check_inputs(self, x, pos, weight)
 
-        Inputs are never cast silently: a float16 or bfloat16 field given to a float32 model (or
-        float32 to a float64 one) is refused with the dtypes named; cast the inputs with
-        ``.to(dtype)`` or the model with ``model.to(dtype)``. Mixed precision through
-        :func:`torch.autocast` passes float32 inputs to a float32 model and is unaffected."""
-        dtype = next((p.dtype for p in self.parameters() if p.is_floating_point()), None)
-        for name, t in (("x", x), ("pos", pos), ("weight", weight)):
-            if dtype is not None and t is not None and t.dtype != dtype:
-                raise DTypeError(
-                    f"{type(self).__name__} has {dtype} parameters but got {name} of dtype {t.dtype}; "
-                    f"cast the inputs with .to({dtype}) or the model with .to({t.dtype})")
-        if pos.dim() != 2 or pos.shape[1] != self.dim:
-            raise DimensionError(
-                f"{type(self).__name__} was built for {self.dim}-D coordinates but got pos of shape "
-                f"{tuple(pos.shape)}; use a mesh of dimension {self.dim} or build a model with dim={pos.shape[-1]}")
-        if x.dim() != 2 or x.shape[1] != self.in_channels:
-            raise ChannelError(
-                f"{type(self).__name__} expects {self.in_channels} input channel(s) but got x of shape "
-                f"{tuple(x.shape)}; pass a field with {self.in_channels} component(s)")
-        if x.shape[0] != pos.shape[0]:
-            raise ChannelError(f"x has {x.shape[0]} rows but pos has {pos.shape[0]} nodes")
+    def check_call(self, x: torch.Tensor, mesh: Mesh) -> None:
+        """Everything a forward pass checks first (:func:`~geoattn.models.base.check_call`)."""
+        check_call(self, x, mesh)
 
-    def check_call(self, x: torch.Tensor, mesh: Mesh, weight: torch.Tensor | None = None,
-                   batch: torch.Tensor | None = None) -> None:
-        """Everything a forward pass checks first: :meth:`check_inputs`, then the values.
 
-        - ``batch`` (if given) is one integer graph index per node, sorted and without gaps
-          (``0, 0, ..., 1, 1, ..., B - 1``, as :class:`torch_geometric.data.Batch` makes it),
-          else :class:`~geoattn.errors.BatchOrderError` (unsorted) or
-          :class:`~geoattn.errors.FieldLengthError` (wrong shape or type);
-        - ``weight`` is one finite weight ``>= 0`` per node with a positive total per graph, else
-          :class:`~geoattn.errors.WeightError` naming the first bad index
-          (:func:`~geoattn.mesh.validate_weights`). Single zero weights are allowed: they are how
-          padding nodes drop out of every quadrature;
-        - ``x`` and ``pos`` are finite, else :class:`~geoattn.errors.NonFiniteError` naming how
-          many nodes and the first one (a NaN would otherwise spread to every output through
-          the quadratures).
+def check_inputs(op: nn.Module, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor | None = None) -> None:
+    """Raise :class:`~geoattn.errors.DimensionError` / :class:`~geoattn.errors.ChannelError`
+    when ``pos`` or ``x`` do not match the dimension and channels the module ``op`` was built for
+    (``op.dim``, ``op.in_channels``), and
+    :class:`~geoattn.errors.DTypeError` when ``x``, ``pos`` (or ``weight``, if given) are not
+    of the dtype of its parameters.
 
-        The checks are :math:`O(N)` on the inputs' device with one host synchronisation when the
-        inputs are fine; only a failure looks up the offending index. The mesh's part (weights,
-        batch order, finite coordinates) runs once per :class:`~geoattn.mesh.Mesh` (kept in its
-        memo); ``x`` is checked on every call. They are skipped while :func:`torch.compile`
-        traces the model (``torch.compiler.is_compiling()``).
-        """
-        if not isinstance(mesh, Mesh):
-            mesh = as_mesh(mesh, weight, batch) if weight is not None and weight.dim() == 1 and \
-                (batch is None or (torch.is_tensor(batch) and batch.shape == weight.shape
-                                   and not batch.is_floating_point())) else None
-            if mesh is None:
-                validate_weights(weight, x.shape[0], batch=batch)  # names the problem
-        pos, weight, batch = mesh.pos, mesh.weight, mesh.batch_vector
-        self.check_inputs(x, pos)
-        if torch.compiler.is_compiling():
+    Inputs are never cast silently: a float16 or bfloat16 field given to a float32 model (or
+    float32 to a float64 one) is refused with the dtypes named; cast the inputs with
+    ``.to(dtype)`` or the model with ``model.to(dtype)``. Mixed precision through
+    :func:`torch.autocast` passes float32 inputs to a float32 model and is unaffected."""
+    dtype = next((p.dtype for p in op.parameters() if p.is_floating_point()), None)
+    for name, t in (("x", x), ("pos", pos), ("weight", weight)):
+        if dtype is not None and t is not None and t.dtype != dtype:
+            raise DTypeError(
+                f"{type(op).__name__} has {dtype} parameters but got {name} of dtype {t.dtype}; "
+                f"cast the inputs with .to({dtype}) or the model with .to({t.dtype})")
+    if pos.dim() != 2 or pos.shape[1] != op.dim:
+        raise DimensionError(
+            f"{type(op).__name__} was built for {op.dim}-D coordinates but got pos of shape "
+            f"{tuple(pos.shape)}; use a mesh of dimension {op.dim} or build a model with dim={pos.shape[-1]}")
+    if x.dim() != 2 or x.shape[1] != op.in_channels:
+        raise ChannelError(
+            f"{type(op).__name__} expects {op.in_channels} input channel(s) but got x of shape "
+            f"{tuple(x.shape)}; pass a field with {op.in_channels} component(s)")
+    if x.shape[0] != pos.shape[0]:
+        raise ChannelError(f"x has {x.shape[0]} rows but pos has {pos.shape[0]} nodes")
+
+
+def check_call(op: nn.Module, x: torch.Tensor, mesh: Mesh) -> None:
+    """Everything a forward pass of ``op`` checks first: ``op.check_inputs(x, mesh.pos)``
+    (:func:`check_inputs`), then the values.
+
+    - the batch vector (if any) is one integer graph index per node, sorted and without gaps
+      (``0, 0, ..., 1, 1, ..., B - 1``, as :class:`torch_geometric.data.Batch` makes it),
+      else :class:`~geoattn.errors.BatchOrderError` (unsorted) or
+      :class:`~geoattn.errors.FieldLengthError` (wrong shape or type);
+    - the weights are one finite weight ``>= 0`` per node with a positive total per graph, else
+      :class:`~geoattn.errors.WeightError` naming the first bad index
+      (:func:`~geoattn.mesh.validate_weights`). Single zero weights are allowed: they are how
+      padding nodes drop out of every quadrature;
+    - ``x`` and ``pos`` are finite, else :class:`~geoattn.errors.NonFiniteError` naming how
+      many nodes and the first one (a NaN would otherwise spread to every output through
+      the quadratures).
+
+    The checks are :math:`O(N)` on the inputs' device with one host synchronisation when the
+    inputs are fine; only a failure looks up the offending index. The mesh's part (weights,
+    batch order, finite coordinates) runs once per :class:`~geoattn.mesh.Mesh` (its
+    ``checked`` flag); ``x`` is checked on every call. They are skipped while :func:`torch.compile`
+    traces the model (``torch.compiler.is_compiling()``).
+    """
+    pos, weight, batch = mesh.pos, mesh.weight, mesh.batch_vector
+    op.check_inputs(x, pos)
+    if torch.compiler.is_compiling():
+        return
+    if x.shape[0] != mesh.num_nodes:
+        raise ChannelError(f"x has {x.shape[0]} rows but the mesh has {mesh.num_nodes} nodes")
+    if mesh.checked:
+        if bool(torch.isfinite(x).all()):
             return
-        if x.shape[0] != mesh.num_nodes:
-            raise ChannelError(f"x has {x.shape[0]} rows but the mesh has {mesh.num_nodes} nodes")
-        if mesh.memo.get("checked"):
-            if bool(torch.isfinite(x).all()):
-                return
-            self._raise_value_error(x, pos, weight, batch)
-        n = x.shape[0]
-        if not isinstance(weight, torch.Tensor) or weight.dim() != 1 or weight.shape[0] != n or n == 0:
-            validate_weights(weight, n, batch=batch)  # names the problem
-        if batch is not None and (not isinstance(batch, torch.Tensor) or batch.dim() != 1
-                                  or batch.shape[0] != n or batch.is_floating_point()
-                                  or batch.is_complex() or batch.dtype == torch.bool):
-            validate_weights(weight, n, batch=batch)  # FieldLengthError naming the batch's shape
-        acc = weight.to(torch.promote_types(weight.dtype, torch.float32))
-        flags = [torch.isfinite(x).all(), torch.isfinite(pos).all(), acc.min() >= 0]
-        if batch is None:
-            total = acc.sum()  # quadrature-ok: the total weight |D|
-            flags += [(total > 0) & torch.isfinite(total)]
-        else:
-            step = batch[1:] - batch[:-1]
-            flags += [batch[0] == 0, ((step == 0) | (step == 1)).all()]
-            # sorted without gaps: the graphs are 0..batch[-1] < n, so n slots hold every total
-            total = acc.new_zeros(n).index_add_(0, batch.clamp(0, n - 1), acc)  # [n]
-            used = torch.arange(n, device=batch.device) <= batch[-1]
-            flags += [((total > 0) | ~used).all(), torch.isfinite(total).all()]
-        if all(torch.stack(flags).tolist()):
-            mesh.memo["checked"] = True
-            return
-        self._raise_value_error(x, pos, weight, batch)
+        raise_value_error(x, pos, weight, batch)
+    n = x.shape[0]
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 1 or weight.shape[0] != n or n == 0:
+        validate_weights(weight, n, batch=batch)  # names the problem
+    if batch is not None and (not isinstance(batch, torch.Tensor) or batch.dim() != 1
+                              or batch.shape[0] != n or batch.is_floating_point()
+                              or batch.is_complex() or batch.dtype == torch.bool):
+        validate_weights(weight, n, batch=batch)  # FieldLengthError naming the batch's shape
+    acc = weight.to(torch.promote_types(weight.dtype, torch.float32))
+    flags = [torch.isfinite(x).all(), torch.isfinite(pos).all(), acc.min() >= 0]
+    if batch is None:
+        total = acc.sum()  # quadrature-ok: the total weight |D|
+        flags += [(total > 0) & torch.isfinite(total)]
+    else:
+        step = batch[1:] - batch[:-1]
+        flags += [batch[0] == 0, ((step == 0) | (step == 1)).all()]
+        # sorted without gaps: the graphs are 0..batch[-1] < n, so n slots hold every total
+        total = acc.new_zeros(n).index_add_(0, batch.clamp(0, n - 1), acc)  # [n]
+        used = torch.arange(n, device=batch.device) <= batch[-1]
+        flags += [((total > 0) | ~used).all(), torch.isfinite(total).all()]
+    if all(torch.stack(flags).tolist()):
+        mesh.checked = True
+        return
+    raise_value_error(x, pos, weight, batch)
 
-    @staticmethod
-    def _raise_value_error(x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                           batch: torch.Tensor | None) -> None:
-        """The typed error for inputs that failed :meth:`check_call` (the slow path)."""
-        n = x.shape[0]
-        if batch is not None:
-            low = int(batch.min())
-            if low < 0:
-                i = int(torch.nonzero(batch < 0)[0])
-                raise FieldLengthError(f"batch gives node {i} the graph index {int(batch[i])}; "
-                                       "graph indices start at 0")
-            step = batch[1:] - batch[:-1]
-            down, gap = step < 0, step > 1
-            if bool(down.any()) or bool(batch[0] != 0) or bool(gap.any()):
-                if bool(down.any()):
-                    i = int(torch.nonzero(down)[0]) + 1
-                    what = f"is not sorted: node {i} has graph {int(batch[i])} after graph {int(batch[i - 1])}"
-                elif bool(batch[0] != 0):
-                    i = 0
-                    what = f"skips a graph index (an empty graph): it starts at graph {int(batch[0])}, not 0"
-                else:
-                    i = int(torch.nonzero(gap)[0]) + 1
-                    what = (f"skips a graph index (an empty graph): node {i} has graph {int(batch[i])} "
-                            f"after graph {int(batch[i - 1])}")
-                raise BatchOrderError(
-                    f"the batch vector {what}; a batch vector must be sorted, "
-                    "0, 0, ..., 1, 1, ..., B - 1, as torch_geometric's Batch makes it. Build the "
-                    "batch with torch_geometric.data.Batch.from_data_list, or sort the nodes: "
-                    "order = batch.argsort(stable=True); x, pos, weight, batch = x[order], "
-                    "pos[order], weight[order], batch[order] (and renumber graphs 0..B-1)")
-        validate_weights(weight, n, batch=batch)
-        for name, t in (("pos", pos), ("x", x)):
-            bad = ~torch.isfinite(t.reshape(n, -1)).all(dim=1)
-            if bool(bad.any()):
-                i = int(torch.nonzero(bad)[0])
-                raise NonFiniteError(
-                    f"{name} is NaN or infinite at {int(bad.sum())} of {n} nodes, the first is node "
-                    f"{i} ({t[i].tolist()}); a non-finite {name} would spread through the "
-                    "quadratures to every output: fix or drop those nodes")
-        raise WeightError("weights have a non-finite total; rescale them")  # pragma: no cover
+
+def mesh_of(x: torch.Tensor | None, pos: torch.Tensor, weight: torch.Tensor,
+            batch: torch.Tensor | None = None) -> Mesh:
+    """A new :class:`~geoattn.mesh.Mesh` of bare tensors ``pos [N, d]``, ``weight [N]``,
+    ``batch [N]`` (optional) for values ``x [N, C]`` (optional), after the checks that must come
+    before it is made, so that a bad weight or batch vector raises the typed error naming it
+    (:func:`~geoattn.mesh.validate_weights`, :class:`~geoattn.errors.BatchOrderError`), not a
+    shape error. For layers and models with tensor arguments (NAO's in-context call, the former
+    model call of :mod:`geoattn.compat`); the values are checked by :func:`check_call`."""
+    if not torch.is_tensor(pos):
+        raise TypeError(f"expected a geoattn.mesh.Mesh (or node coordinates pos [N, d] with weight [N]), "
+                        f"got {type(pos).__name__}")
+    if weight is None:
+        raise TypeError("node coordinates without weights: pass a geoattn.mesh.Mesh(pos, weight)")
+    n = x.shape[0] if x is not None else pos.shape[0]
+    bad_weight = not torch.is_tensor(weight) or weight.dim() != 1 or weight.shape[0] != n
+    bad_batch = batch is not None and (not torch.is_tensor(batch) or batch.shape != (n,)
+                                       or batch.is_floating_point() or batch.dtype == torch.bool)
+    if bad_weight or bad_batch:
+        validate_weights(weight, n, batch=batch)  # names the problem
+    if batch is not None and n > 0:
+        step = batch[1:] - batch[:-1]
+        if bool((batch[0] != 0) | ((step != 0) & (step != 1)).any()):
+            raise_value_error(x if x is not None else pos, pos, weight, batch)
+    return Mesh(pos, weight, batch=batch)
+
+
+def raise_value_error(x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
+                       batch: torch.Tensor | None) -> None:
+    """The typed error for inputs that failed :func:`check_call` (the slow path)."""
+    n = x.shape[0]
+    if batch is not None:
+        low = int(batch.min())
+        if low < 0:
+            i = int(torch.nonzero(batch < 0)[0])
+            raise FieldLengthError(f"batch gives node {i} the graph index {int(batch[i])}; "
+                                   "graph indices start at 0")
+        step = batch[1:] - batch[:-1]
+        down, gap = step < 0, step > 1
+        if bool(down.any()) or bool(batch[0] != 0) or bool(gap.any()):
+            if bool(down.any()):
+                i = int(torch.nonzero(down)[0]) + 1
+                what = f"is not sorted: node {i} has graph {int(batch[i])} after graph {int(batch[i - 1])}"
+            elif bool(batch[0] != 0):
+                i = 0
+                what = f"skips a graph index (an empty graph): it starts at graph {int(batch[0])}, not 0"
+            else:
+                i = int(torch.nonzero(gap)[0]) + 1
+                what = (f"skips a graph index (an empty graph): node {i} has graph {int(batch[i])} "
+                        f"after graph {int(batch[i - 1])}")
+            raise BatchOrderError(
+                f"the batch vector {what}; a batch vector must be sorted, "
+                "0, 0, ..., 1, 1, ..., B - 1, as torch_geometric's Batch makes it. Build the "
+                "batch with torch_geometric.data.Batch.from_data_list, or sort the nodes: "
+                "order = batch.argsort(stable=True); x, pos, weight, batch = x[order], "
+                "pos[order], weight[order], batch[order] (and renumber graphs 0..B-1)")
+    validate_weights(weight, n, batch=batch)
+    for name, t in (("pos", pos), ("x", x)):
+        bad = ~torch.isfinite(t.reshape(n, -1)).all(dim=1)
+        if bool(bad.any()):
+            i = int(torch.nonzero(bad)[0])
+            raise NonFiniteError(
+                f"{name} is NaN or infinite at {int(bad.sum())} of {n} nodes, the first is node "
+                f"{i} ({t[i].tolist()}); a non-finite {name} would spread through the "
+                "quadratures to every output: fix or drop those nodes")
+    raise WeightError("weights have a non-finite total; rescale them")  # pragma: no cover
 
 
 def build_model(name: str, **kwargs) -> NeuralOperator:

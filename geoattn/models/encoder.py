@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..mesh.mesh import Mesh, as_mesh
+from ..mesh.mesh import Mesh
 from .base import NeuralOperator
 
 
@@ -167,12 +167,10 @@ class EncoderOperator(NeuralOperator):
     ``layout_query=query.layout``), so a batch of meshes runs without host reads.
     """
 
-    def encode(self, x: torch.Tensor, mesh: Mesh, weight: torch.Tensor | None = None,
-               batch: torch.Tensor | None = None, **structure) -> torch.Tensor:
-        """The encoder features ``[N, width]`` on ``mesh`` (a :class:`~geoattn.mesh.Mesh`, or the
-        former ``pos, weight, batch``; ``structure``: further keyword arguments of the blocks'
-        mixers). The inputs are checked by :meth:`forward`, not here."""
-        mesh = as_mesh(mesh, weight, batch)
+    def encode(self, x: torch.Tensor, mesh: Mesh, **structure) -> torch.Tensor:
+        """The encoder features ``[N, width]`` on ``mesh`` (a :class:`~geoattn.mesh.Mesh`;
+        ``structure``: further keyword arguments of the blocks' mixers). The inputs are checked
+        by :meth:`forward`, not here."""
         pos, weight, batch = mesh.pos, mesh.weight, mesh.batch_vector
         h = self.lift(self.inputs(x, pos))
         for block in self.blocks:

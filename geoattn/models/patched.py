@@ -277,22 +277,18 @@ class PatchedOperator(EncoderOperator):
         self._partition = part
         self._token = next(_TOKENS)
 
-    def fit_mesh(self, mesh: Mesh, weight: torch.Tensor | None = None, cells: torch.Tensor | None = None) -> None:
+    def fit_mesh(self, mesh: Mesh, *args, **kwargs) -> None:
         """Cut the training :class:`~geoattn.mesh.Mesh` (its first graph, for a batch) into
         ``num_patches`` parts by ``partition_method`` (METIS on its cells, when it has them) and
         keep the partition, unless one is already fitted (see
-        :class:`~geoattn.models.NeuralOperator`).
+        :class:`~geoattn.models.NeuralOperator`). The former ``fit_mesh(pos, weight, cells)``
+        works for one minor version, with a :class:`DeprecationWarning`."""
+        if not isinstance(mesh, Mesh) or args or kwargs:
+            from ..compat import legacy_fit
 
-        The former call ``fit_mesh(pos, weight, cells)`` is still accepted and is
-        ``fit_mesh(Mesh(pos, weight, cells))``."""
+            return legacy_fit(self, mesh, *args, **kwargs)
         if self.partition is not None:
             return
-        if not isinstance(mesh, Mesh):  # the former fit_mesh(pos, weight, cells)
-            if weight is None:
-                raise TypeError("fit_mesh takes the training Mesh (or the former pos, weight, cells)")
-            mesh = Mesh(mesh, weight, cells)
-        elif weight is not None or cells is not None:
-            raise TypeError("fit_mesh(mesh): the Mesh carries its weights and cells")
         mesh = mesh.graphs()[0]
         self.set_partition(make_partition(mesh.pos, mesh.weight, self.num_patches, cells=mesh.cells,
                                           method=self.partition_method))
@@ -461,9 +457,9 @@ class PatchedOperator(EncoderOperator):
     def forward(self, x: torch.Tensor, mesh: Mesh, *, query: Mesh | None = None) -> torch.Tensor:
         self.check_call(x, mesh)
         self.check_query(query)
-        if query is not None and query.memo.get("weights_unknown"):
+        if query is not None and not query.weights_known:
             raise ValueError("a query mesh needs its quadrature weights: the patched decoders "
-                             "integrate over the query's patches; pass weight_query, or a Mesh")
+                             "integrate over the query's patches; pass a Mesh(pos, weight)")
         index = self.patch_index(mesh)
         if self.quadrature == "nodal":  # the exact P1 coefficients are not aliased by the nodes
             self.check_resolution(index)

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from ..errors import MeshMismatchError
-from ..models.base import NeuralOperator
+from ..models.base import check_call, check_inputs, mesh_of
 from ..nn.functional import dense_batch, num_graphs
 from .layer import NonlocalAttention, join_tokens, split_tokens
 from .norm import TokenNorm
@@ -95,7 +95,7 @@ class KernelNetwork(nn.Module):
         return torch.cat(out, dim=1)  # (G, Nx, Nz)
 
 
-class NAO(NeuralOperator):
+class NAO(nn.Module):
     r"""The Nonlocal Attention Operator: a kernel map from :math:`d` data pairs to a kernel.
 
     From the tokens of one system, the loadings :math:`g[u_j]` on the u-mesh and the responses
@@ -153,6 +153,8 @@ class NAO(NeuralOperator):
         super().__init__()
         if layers < 1:
             raise ValueError(f"layers must be >= 1 (the kernel layer), got {layers}")
+        self.hparams = dict(channels=channels, dim=dim, head_channels=head_channels, layers=layers,
+                            hidden=hidden, bias=bias, coord_scale=coord_scale, token_norm=token_norm)
         self.in_channels = self.out_channels = self.channels = channels
         self.dim, self.head_channels, self.layers = dim, head_channels, layers
         self.blocks = nn.ModuleList(NonlocalAttention(channels, head_channels, bias)
@@ -217,6 +219,16 @@ class NAO(NeuralOperator):
         P, ku = self.factors_dense(u, f, mesh, mesh_query)
         return P @ ku.transpose(1, 2)
 
+    def check_inputs(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor | None = None) -> None:
+        """Refuse inputs of another dimension, number of pairs or dtype than the model's, with a
+        typed error (:func:`~geoattn.models.base.check_inputs`)."""
+        check_inputs(self, x, pos, weight)
+
+    def check_call(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
+                   batch: torch.Tensor | None = None) -> None:
+        """The checks of :func:`~geoattn.models.base.check_call` on one mesh's tensors."""
+        check_call(self, x, mesh_of(x, pos, weight, batch))
+
     def _dense(self, x, pos, weight, batch, x_query, pos_query, weight_query, batch_query):
         self.check_call(x, pos, weight, batch)
         if pos_query is None:
@@ -277,6 +289,8 @@ class DiscreteNAO(NAO):
         self.num_nodes = num_nodes
         self.num_query_nodes = num_nodes if num_query_nodes is None else num_query_nodes
         super().__init__(channels, dim=dim, head_channels=head_channels, layers=layers, bias=bias)
+        self.hparams = dict(channels=channels, num_nodes=num_nodes, num_query_nodes=num_query_nodes, dim=dim,
+                            head_channels=head_channels, layers=layers, bias=bias)
 
     def _build_mixers(self, dim, hidden, coord_scale) -> None:
         n, nq = self.num_nodes, self.num_query_nodes

@@ -46,7 +46,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
-from ..mesh.mesh import Mesh, as_mesh
+from ..mesh.mesh import Mesh
 from ..mesh.neighbors import radius_graph
 
 __all__ = ["LocalIntegral", "local_basis"]
@@ -181,7 +181,7 @@ class LocalIntegral(nn.Module):
         matrices: kept in the memo of ``mesh`` (its members' for the blocks, its own for the
         assembled matrix), or built now for bare tensors."""
         if mesh is None:
-            mesh = as_mesh(pos, weight, batch)  # a new mesh: nothing kept
+            mesh = Mesh(pos, weight, batch=batch)  # a new mesh: nothing kept
         key = self.structure_key
         return mesh.cached(key if mesh.num_graphs == 1 else key + ("batch",), lambda: self._build(mesh))
 

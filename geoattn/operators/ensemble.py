@@ -21,8 +21,7 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..mesh.mesh import Mesh
-from ..models.base import call_arguments
-from .wrapper import WrappedOperator, call_inner
+from .wrapper import WrappedOperator
 
 
 class Ensemble(WrappedOperator):
@@ -34,8 +33,7 @@ class Ensemble(WrappedOperator):
             channels and spatial dimension.
 
     ``forward(x, mesh, *, query=None)`` returns the mean of the members' outputs ``[N, C_out]``;
-    :meth:`spread` their standard deviation (both also take the former ``(x, pos, weight,
-    batch)``). The cost is the members' together.
+    :meth:`spread` their standard deviation. The cost is the members' together.
 
     Raises:
         ConfigError: no members, or members of different channels or dimension.
@@ -62,29 +60,30 @@ class Ensemble(WrappedOperator):
     def op(self) -> nn.Module:  # the contract (channels, dimension, checks) is the first member's
         return self.members[0]
 
-    def outputs(self, x: torch.Tensor, mesh, *args, **kwargs) -> torch.Tensor:
+    def outputs(self, x: torch.Tensor, mesh: Mesh, *args, query: Mesh | None = None, **kwargs) -> torch.Tensor:
         """Every member's output, ``[K, N, C_out]``."""
-        mesh, query = call_arguments(mesh, args, kwargs, x)
-        _refuse(kwargs)
-        return torch.stack([call_inner(m, x, mesh, query) for m in self.members])
+        if not isinstance(mesh, Mesh) or args or kwargs:
+            from ..compat import legacy_call
+
+            return legacy_call(self.outputs, x, mesh, *args, query=query, **kwargs)
+        return torch.stack([m(x, mesh) if query is None else m(x, mesh, query=query) for m in self.members])
 
     def forward(self, x: torch.Tensor, mesh: Mesh, *, query: Mesh | None = None) -> torch.Tensor:
         return self.outputs(x, mesh, query=query).mean(0)
 
-    def spread(self, x: torch.Tensor, mesh, *args, **kwargs) -> torch.Tensor:
+    def spread(self, x: torch.Tensor, mesh: Mesh, *args, query: Mesh | None = None, **kwargs) -> torch.Tensor:
         """The members' standard deviation at every node, ``[N, C_out]`` (over ``K``, not
         ``K - 1``: zero for one member)."""
-        return self.outputs(x, mesh, *args, **kwargs).std(0, correction=0)
+        if not isinstance(mesh, Mesh) or args or kwargs:
+            from ..compat import legacy_call
+
+            return legacy_call(self.spread, x, mesh, *args, query=query, **kwargs)
+        return self.outputs(x, mesh, query=query).std(0, correction=0)
 
     def __len__(self) -> int:
         return len(self.members)
 
 
-
-def _refuse(kwargs: dict) -> None:
-    if kwargs:
-        raise TypeError(f"Ensemble: unexpected keyword argument(s) {sorted(kwargs)}; "
-                        "call it as op(x, mesh) or op(x, mesh, query=query_mesh)")
 
 
 __all__ = ["Ensemble"]

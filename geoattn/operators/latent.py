@@ -30,8 +30,8 @@ import meshio
 import torch
 
 from ..mesh.interpolation import linear_interpolation
-from ..mesh.mesh import Mesh, block_diagonal, tensor_identity
-from .wrapper import WrappedOperator, call_inner, fit_model_mesh
+from ..mesh.mesh import Mesh, block_diagonal
+from .wrapper import WrappedOperator, fit_model_mesh
 
 __all__ = ["LatentMeshOperator"]
 
@@ -91,12 +91,15 @@ class LatentMeshOperator(WrappedOperator):
 
     @property
     def latent(self) -> Mesh:
-        """The latent mesh (rebuilt, with a new memo, when the module moves)."""
-        key = (tensor_identity(self.latent_pos), tensor_identity(self.latent_weight))
-        if self._latent is None or self._latent[0] != key:
+        """The latent mesh (rebuilt, with a new memo, after the module moves: :meth:`_apply`)."""
+        if self._latent is None:
             cells = self.latent_cells if len(self.latent_cells) else None
-            self._latent = (key, Mesh(self.latent_pos, self.latent_weight, cells), next(_TOKENS))
-        return self._latent[1]
+            self._latent = (Mesh(self.latent_pos, self.latent_weight, cells), next(_TOKENS))
+        return self._latent[0]
+
+    def _apply(self, fn, *args, **kwargs):
+        self._latent = None  # the buffers are replaced: a new latent Mesh on next use
+        return super()._apply(fn, *args, **kwargs)
 
     def carry(self, mesh: Mesh, dtype: torch.dtype) -> tuple[Mesh, torch.Tensor, torch.Tensor]:
         """The latent mesh repeated once per graph of ``mesh``, the interpolation from ``mesh`` to
@@ -112,7 +115,7 @@ class LatentMeshOperator(WrappedOperator):
             batch = latent if b == 1 else latent.cached(("latent_batch", b), lambda: Mesh.batch([latent] * b))
             return batch, down.to(mesh.device, dtype), up.to(mesh.device, dtype)
 
-        return mesh.cached(("latent_operator", self._latent[2], dtype), build)
+        return mesh.cached(("latent_operator", self._latent[1], dtype), build)
 
     def fit_mesh(self, mesh: Mesh) -> None:
         """Fit the wrapped model's mesh-dependent state on the latent mesh (the mesh given is
@@ -123,7 +126,7 @@ class LatentMeshOperator(WrappedOperator):
         if query is not None and query.num_graphs != mesh.num_graphs:
             raise ValueError(f"the query mesh has {query.num_graphs} graphs, the input mesh {mesh.num_graphs}")
         latent, down, up = self.carry(mesh, x.dtype)
-        y = call_inner(self.op, torch.sparse.mm(down, x), latent)
+        y = self.op(torch.sparse.mm(down, x), latent)
         return torch.sparse.mm(up if query is None else self.carry(query, y.dtype)[2], y)
 
     def extra_repr(self) -> str:

@@ -9,7 +9,7 @@ from ..mesh.mesh import Mesh
 from ..mesh.validation import validate_weights
 from ..mesh.weights import node_average_weights
 from .normalizer import GaussianNormalizer
-from .wrapper import MeshOperator, call_inner, fit_model_mesh
+from .wrapper import MeshOperator, fit_model_mesh
 
 
 class NormalizedOperator(MeshOperator):
@@ -91,14 +91,15 @@ class NormalizedOperator(MeshOperator):
 
     def forward(self, x: torch.Tensor, mesh: Mesh, *, query: Mesh | None = None) -> torch.Tensor:
         self.model.check_inputs(x, mesh.pos)
-        if not mesh.memo.get("weights_validated"):
+        if not mesh.weights_checked:
             validate_weights(mesh.weight, mesh.num_nodes, batch=mesh.batch_vector)
-            mesh.memo["weights_validated"] = True
+            mesh.weights_checked = True
         if x.shape[0] != mesh.num_nodes:
             validate_weights(mesh.weight, x.shape[0], batch=mesh.batch_vector)  # names the mismatch
         if self.unweighted:
             mesh = node_averaged(mesh)
-        return self.y_normalizer.decode(call_inner(self.model, self.x_normalizer.encode(x), mesh, query))
+        x = self.x_normalizer.encode(x)
+        return self.y_normalizer.decode(self.model(x, mesh) if query is None else self.model(x, mesh, query=query))
 
 
 def node_averaged(mesh: Mesh) -> Mesh:

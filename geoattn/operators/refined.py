@@ -17,7 +17,7 @@ The wrapper can also be trained through (``NormalizedOperator(RefinedOperator(mo
 training_size(train) / 2))``, or ``geoattn train --supersample 2``): the model then learns on the
 training mesh refined to half its edge, with the input interpolated linearly and the loss read at
 the data's nodes, and every mesh is evaluated at that same resolution. Its checkpoint stores the
-size. ``ResolvedQuadrature`` is its former name.
+size. ``ResolvedQuadrature``, its former name, is deprecated (:mod:`geoattn.compat`).
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ import numbers
 import meshio
 import torch
 
+from ..compat import moved
 from ..errors import UnsupportedCellError
 from ..mesh.mesh import Mesh
 from ..mesh.refinement import longest_edges
-from .wrapper import WrappedOperator, call_inner
+from .wrapper import WrappedOperator
 
 
 def training_size(mesh: meshio.Mesh) -> float:
@@ -104,11 +105,11 @@ class RefinedOperator(WrappedOperator):
         fine, prolong, rows = self.refine(mesh)
         x_fine = torch.sparse.mm(prolong.to(x.dtype), x) if x.dtype != prolong.dtype else torch.sparse.mm(prolong, x)
         if query is not None:
-            return call_inner(self.op, x_fine, fine, query)
-        return call_inner(self.op, x_fine, fine)[rows]
+            return self.op(x_fine, fine, query=query)
+        return self.op(x_fine, fine)[rows]
 
 
 #: the former name of :class:`RefinedOperator`
-ResolvedQuadrature = RefinedOperator
+__getattr__ = moved(__name__, {"ResolvedQuadrature": "geoattn.operators:RefinedOperator"})
 
-__all__ = ["RefinedOperator", "ResolvedQuadrature", "training_size"]
+__all__ = ["RefinedOperator", "training_size"]

@@ -26,7 +26,7 @@ from ..errors import SymmetryError
 from ..mesh.mesh import Mesh, value_key
 from ..mesh.symmetry import Isometry
 from .ensemble import Ensemble
-from .wrapper import WrappedOperator, call_inner
+from .wrapper import WrappedOperator
 
 
 class SymmetrizedOperator(WrappedOperator):
@@ -62,10 +62,10 @@ class SymmetrizedOperator(WrappedOperator):
         k = len(self.isometries)
         images = self.images(mesh)
         if query is None:
-            out = call_inner(self.op, x.repeat(k, 1), images)  # [k * N, C]
+            out = self.op(x.repeat(k, 1), images)  # [k * N, C]
             n = mesh.num_nodes
         else:
-            out = call_inner(self.op, x.repeat(k, 1), images, self.images(query))
+            out = self.op(x.repeat(k, 1), images, query=self.images(query))
             n = query.num_nodes
         return out.reshape(k, n, -1).mean(0)  # quadrature-ok: over the group's images, per node
 

@@ -5,13 +5,16 @@ The operators that stand in for a model (:class:`NormalizedOperator`, :class:`Re
 :mod:`geoattn.operators` and are re-exported here.
 """
 
+from ..compat import moved
 from ..operators import (Ensemble, GaussianNormalizer, LatentMeshOperator, NormalizedOperator, RefinedOperator,
-                         ResolvedQuadrature, SymmetrizedOperator, symmetrize, training_size)
+                         SymmetrizedOperator, symmetrize, training_size)
 from .checkpoint import load_checkpoint, load_operator, operator_payload, save_checkpoint
 from .distributed import init_distributed
 from .ensemble import load_ensemble, load_trained, train_ensemble
 from .loss import relative_h1, relative_l2
 from .trainer import Trainer, evaluate_errors, sample_errors
+
+__getattr__ = moved(__name__, {"ResolvedQuadrature": "geoattn.operators:RefinedOperator"})
 
 __all__ = [
     "Ensemble",
@@ -19,7 +22,6 @@ __all__ = [
     "LatentMeshOperator",
     "NormalizedOperator",
     "RefinedOperator",
-    "ResolvedQuadrature",
     "SymmetrizedOperator",
     "Trainer",
     "evaluate_errors",

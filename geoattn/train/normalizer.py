@@ -1,5 +1,8 @@
-"""Former home of :class:`~geoattn.operators.normalizer.GaussianNormalizer` (re-exported)."""
+"""Former home of :class:`~geoattn.operators.GaussianNormalizer` (now in :mod:`geoattn.operators`); its
+names are served with a :class:`DeprecationWarning` (:func:`geoattn.compat.moved`)."""
 
-from ..operators.normalizer import GaussianNormalizer
+from ..compat import moved
 
-__all__ = ["GaussianNormalizer"]
+__getattr__ = moved(__name__, {
+    "GaussianNormalizer": "geoattn.operators:GaussianNormalizer",
+})

@@ -1,5 +1,8 @@
-"""Former home of :class:`~geoattn.operators.NormalizedOperator` (re-exported)."""
+"""Former home of :class:`~geoattn.operators.NormalizedOperator` (now in :mod:`geoattn.operators`); its
+names are served with a :class:`DeprecationWarning` (:func:`geoattn.compat.moved`)."""
 
-from ..operators.normalized import NormalizedOperator
+from ..compat import moved
 
-__all__ = ["NormalizedOperator"]
+__getattr__ = moved(__name__, {
+    "NormalizedOperator": "geoattn.operators:NormalizedOperator",
+})

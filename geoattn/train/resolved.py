@@ -1,5 +1,10 @@
-"""Former home of :class:`~geoattn.operators.RefinedOperator` (``ResolvedQuadrature``; re-exported)."""
+"""Former home of :class:`~geoattn.operators.RefinedOperator` (now in :mod:`geoattn.operators`); its
+names are served with a :class:`DeprecationWarning` (:func:`geoattn.compat.moved`)."""
 
-from ..operators.refined import RefinedOperator, ResolvedQuadrature, training_size
+from ..compat import moved
 
-__all__ = ["RefinedOperator", "ResolvedQuadrature", "training_size"]
+__getattr__ = moved(__name__, {
+    "RefinedOperator": "geoattn.operators:RefinedOperator",
+    "ResolvedQuadrature": "geoattn.operators:RefinedOperator",
+    "training_size": "geoattn.operators:training_size",
+})

@@ -1,5 +1,9 @@
-"""Former home of :class:`~geoattn.operators.SymmetrizedOperator` (re-exported)."""
+"""Former home of :class:`~geoattn.operators.SymmetrizedOperator` (now in :mod:`geoattn.operators`); its
+names are served with a :class:`DeprecationWarning` (:func:`geoattn.compat.moved`)."""
 
-from ..operators.symmetrized import SymmetrizedOperator, symmetrize
+from ..compat import moved
 
-__all__ = ["SymmetrizedOperator", "symmetrize"]
+__getattr__ = moved(__name__, {
+    "SymmetrizedOperator": "geoattn.operators:SymmetrizedOperator",
+    "symmetrize": "geoattn.operators:symmetrize",
+})

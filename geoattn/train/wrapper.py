@@ -1,5 +1,8 @@
-"""Former home of :class:`~geoattn.operators.WrappedOperator` (re-exported)."""
+"""Former home of :class:`~geoattn.operators.WrappedOperator` (now in :mod:`geoattn.operators`); its
+names are served with a :class:`DeprecationWarning` (:func:`geoattn.compat.moved`)."""
 
-from ..operators.wrapper import WrappedOperator
+from ..compat import moved
 
-__all__ = ["WrappedOperator"]
+__getattr__ = moved(__name__, {
+    "WrappedOperator": "geoattn.operators:WrappedOperator",
+})

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from geoattn.eval import RefinedOperator, ResolvedQuadrature, training_size
+from geoattn.compat import MeshCall
+from geoattn.eval import RefinedOperator, training_size
 from geoattn.mesh import Mesh, families, from_meshio
 
 
@@ -35,15 +36,17 @@ def test_resolved_quadrature_reads_the_output_at_the_original_nodes():
             return (total / torch.zeros_like(total).index_add_(0, batch, weight[:, None]))[batch]
 
     weight = torch.cat([graded.weight, graded.weight])
-    pointwise = RefinedOperator(Pointwise(), size)
+    pointwise = RefinedOperator(MeshCall(Pointwise()), size)
     torch.testing.assert_close(pointwise(x, mesh), Pointwise()(x, pos, weight, batch))
-    mean = RefinedOperator(Mean(), size)(x, mesh)
+    mean = RefinedOperator(MeshCall(Mean()), size)(x, mesh)
     assert Mean.seen[-1] > len(pos)  # the refined nodes of both graphs
     torch.testing.assert_close(mean[0], torch.tensor([0.5]))  # mean of x over the unit square
     torch.testing.assert_close(mean[-1], torch.tensor([1.0]))  # mean of 2y
+    with pytest.warns(DeprecationWarning, match="ResolvedQuadrature"):
+        from geoattn.eval import ResolvedQuadrature
     assert ResolvedQuadrature is RefinedOperator  # the former name
     # the former signature (op, meshes, size) still builds it; the meshes are not needed
-    assert ResolvedQuadrature(Mean(), meshes.values(), size).size == size
+    assert ResolvedQuadrature(MeshCall(Mean()), meshes.values(), size).size == size
 
 
 def test_the_refinement_is_built_once_per_mesh(monkeypatch):
@@ -86,9 +89,9 @@ def test_a_trained_operator_on_the_graded_mesh_sees_the_refined_quadrature():
     wrapped = RefinedOperator(model, size)
     refined, prolong = refine_to(graded, size)
     fine = from_meshio(refined, dtype=torch.float64)
-    by_hand = model(torch.as_tensor(prolong @ x.numpy()), fine.pos, fine.weight)[:len(x)]
+    by_hand = model(torch.as_tensor(prolong @ x.numpy()), Mesh(fine.pos, fine.weight))[:len(x)]
     torch.testing.assert_close(wrapped(x, Mesh.from_sample(sample)), by_hand)
-    assert not torch.allclose(by_hand, model(x, sample.pos, sample.weight))  # the quadrature matters
+    assert not torch.allclose(by_hand, model(x, Mesh(sample.pos, sample.weight)))  # the quadrature matters
 
 
 def test_training_through_the_wrapper_uses_the_refined_training_mesh(tmp_path):

@@ -7,7 +7,6 @@ import torch
 from torch_geometric.data import Batch
 
 from geoattn.mesh import Layout, Mesh, dihedral, families, from_meshio
-from geoattn.mesh.mesh import as_mesh
 
 
 def _mesh(n: int, seed: int = 0) -> Mesh:
@@ -106,20 +105,5 @@ def test_bad_arguments_are_named():
         Mesh(pos, torch.ones(4))
     with pytest.raises(ValueError, match="batch must be a tensor"):
         Mesh(pos, torch.ones(5), batch=torch.zeros(4, dtype=torch.long))
-    with pytest.raises(TypeError, match="without weights"):
-        as_mesh(pos)
-    with pytest.raises(TypeError, match="Mesh alone"):
-        as_mesh(Mesh(pos, torch.ones(5)), torch.ones(5))
     with pytest.raises(ValueError, match="at least one"):
         Mesh.batch([])
-
-
-def test_bare_tensors_give_the_same_mesh_back_only_while_they_are_the_same_unchanged_objects():
-    """The former call's bridge: structure is kept for repeated calls with the same tensors, and
-    never found for other tensors by their values, nor kept across an in-place change."""
-    pos, weight = torch.rand(6, 2), torch.ones(6)
-    mesh = as_mesh(pos, weight)
-    assert as_mesh(pos, weight) is mesh
-    assert as_mesh(pos.clone(), weight) is not mesh  # equal values, another tensor
-    pos.mul_(2.0)  # changed in place: its version moves on
-    assert as_mesh(pos, weight) is not mesh

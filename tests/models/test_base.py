@@ -5,6 +5,7 @@ import logging
 import pytest
 import torch
 
+from geoattn.mesh import Mesh
 from geoattn.models import FANO, MODELS, TNO, ViTNO, build_model
 from geoattn.models.base import RENAMED_ARGUMENTS
 from geoattn.nao import NAO
@@ -50,7 +51,7 @@ def test_old_checkpoint_arguments_rebuild_the_same_model():
     rebuilt = build_model("tno", **old_kwargs)
     rebuilt.load_state_dict(new.state_dict())
     x, pos, w = torch.rand(7, 1), torch.rand(7, 2), torch.full((7,), 1 / 7)
-    assert torch.equal(rebuilt(x, pos, w), new(x, pos, w))
+    assert torch.equal(rebuilt(x, Mesh(pos, w)), new(x, Mesh(pos, w)))
 
 
 def test_coordinate_features_are_fourier_features_of_the_position():
@@ -92,11 +93,11 @@ def test_every_model_takes_fourier_features_in_its_lift(name):
     model = build_model(name, coordinate_features={"num_features": 4, "scale": 3.0}, **kw)
     assert model.state_dict()["inputs.frequencies"].shape == (4, 2)
     x, pos, w = torch.rand(30, 1), torch.rand(30, 2), torch.full((30,), 1 / 30)
-    out = model(x, pos, w)
+    out = model(x, Mesh(pos, w))
     assert out.shape == (30, 1) and torch.isfinite(out).all()
     again = build_model(name, **model.hparams)
     again.load_state_dict(model.state_dict())
-    assert torch.equal(again(x, pos, w), out)
+    assert torch.equal(again(x, Mesh(pos, w)), out)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))

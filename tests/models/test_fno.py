@@ -9,7 +9,7 @@ from geoattn.errors import ConfigError, UnsupportedCellError
 from geoattn.mesh import Mesh, families
 from geoattn.models import MeshFNO, build_model
 from geoattn.nn import SpectralIntegral
-from geoattn.train import ResolvedQuadrature, training_size
+from geoattn.operators import RefinedOperator, training_size
 
 
 def _model(**kw):
@@ -104,8 +104,6 @@ def test_p1_needs_a_mesh_with_triangles(two_meshes, monkeypatch):
 
     model, coarse = _model(quadrature="p1"), two_meshes[0]
     with pytest.raises(ValueError, match="pass a Mesh with cells"):
-        model(coarse.x, coarse.pos, coarse.weight)  # bare tensors carry no cells
-    with pytest.raises(ValueError, match="Mesh.from_meshio"):
         model(coarse.x, Mesh(coarse.pos, coarse.weight))
     builds = []
     build = fno.p1_fourier_basis
@@ -124,7 +122,7 @@ def test_p1_needs_a_mesh_with_triangles(two_meshes, monkeypatch):
     with pytest.raises(ConfigError, match="dim"):
         MeshFNO(1, 1, dim=3, quadrature="p1")
     plain = _model()  # the nodal model needs no cells
-    plain(coarse.x, coarse.pos, coarse.weight)
+    plain(coarse.x, Mesh(coarse.pos, coarse.weight))
 
 
 @pytest.mark.slow
@@ -157,7 +155,7 @@ def test_local_needs_a_radius():
 @pytest.mark.slow
 def test_local_trained_model_keeps_its_error_on_refined_and_graded_meshes(darcy_transfer):
     """Regression, as for the plain model, with a ball of 2.5 training-mesh cells, computed on
-    every mesh refined to the training mesh's longest edge (ResolvedQuadrature): the ball must be
+    every mesh refined to the training mesh's longest edge (RefinedOperator): the ball must be
     resolved on every mesh, and the graded mesh's coarse corner does not resolve it.
 
     A briefly trained model's transfer ratio moves with its training path (the seed, and the
@@ -170,7 +168,7 @@ def test_local_trained_model_keeps_its_error_on_refined_and_graded_meshes(darcy_
     for seed in range(3):
         torch.manual_seed(seed)
         model = MeshFNO(1, 1, width=16, depth=3, modes=3, local={"radius": 2.5 / 12})
-        report = darcy_transfer(ResolvedQuadrature(model, [], size), inner=model)
+        report = darcy_transfer(RefinedOperator(model, [], size), inner=model)
         assert report.mean("model", "train") < 0.15, report.table()
         for name, by_mesh in ratios.items():
             for mesh, values in by_mesh.items():

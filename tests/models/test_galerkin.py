@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from geoattn.mesh import families, from_meshio
+from geoattn.mesh import Mesh, families, from_meshio
 from geoattn.models import GalerkinTransformer, build_model
 from geoattn.models.encoder import EncoderBlock
 from geoattn.nn import FourierAttention, SpectralIntegral
@@ -19,7 +19,7 @@ def test_untrained_galerkin_transformer_converges_under_refinement(attention):
     # the small initialisation of Galerkin attention hides the integral term; perturb the weights
     for p in model.parameters():
         p.add_(0.2 * torch.randn_like(p))
-    outs = [model(torch.sin(3 * d.pos[:, :1]), d.pos, d.weight) for d in levels]
+    outs = [model(torch.sin(3 * d.pos[:, :1]), Mesh(d.pos, d.weight)) for d in levels]
     n = levels[0].num_nodes
     errors = [float((o[:n] - outs[-1][:n]).abs().max()) for o in outs[:-1]]
     assert errors[0] > 1e-4
@@ -34,14 +34,14 @@ def test_cross_decoder_answers_on_the_query_mesh(attention):
                                 decoder="cross")
     x, pos, w = torch.randn(30, 1), torch.rand(30, 2), torch.full((30,), 1 / 30)
     q = torch.rand(7, 2)
-    assert model(x, pos, w, pos_query=q).shape == (7, 1)
+    assert model(x, Mesh(pos, w), query=Mesh(q, torch.full((7,), 1 / 7))).shape == (7, 1)
     # a batch of two graphs equals the graphs one by one, with query batches of other sizes
     x2, pos2, w2, q2 = torch.randn(20, 1), torch.rand(20, 2), torch.full((20,), 1 / 20), torch.rand(4, 2)
-    both = model(torch.cat([x, x2]), torch.cat([pos, pos2]), torch.cat([w, w2]),
-                 torch.cat([torch.zeros(30, dtype=torch.long), torch.ones(20, dtype=torch.long)]),
-                 pos_query=torch.cat([q, q2]),
-                 batch_query=torch.cat([torch.zeros(7, dtype=torch.long), torch.ones(4, dtype=torch.long)]))
-    torch.testing.assert_close(both, torch.cat([model(x, pos, w, pos_query=q), model(x2, pos2, w2, pos_query=q2)]))
+    meshes = [Mesh(pos, w), Mesh(pos2, w2)]
+    queries = [Mesh(q, torch.full((7,), 1 / 7)), Mesh(q2, torch.full((4,), 1 / 4))]
+    both = model(torch.cat([x, x2]), Mesh.batch(meshes), query=Mesh.batch(queries))
+    torch.testing.assert_close(both, torch.cat([model(x, meshes[0], query=queries[0]),
+                                                model(x2, meshes[1], query=queries[1])]))
 
 
 # --- Cao's block as published (eq. 4), its regular-LayerNorm ablation (eq. 7), the post-LN
@@ -167,7 +167,7 @@ def test_blocks_match_the_papers_equations(attention, block, norm):
     assert model.hparams["block"] == block and model.hparams["norm"] == norm
     x, pos, w, batch = _graphs()
     x.requires_grad_(True)
-    out = model(x, pos, w, batch)
+    out = model(x, Mesh(pos, w, batch=batch))
     ref = []
     for g in range(2):
         i = batch == g
@@ -241,11 +241,11 @@ def test_variants_pass_the_property_checks(variant):
     model = _small(**VARIANTS[variant]).eval()
     x, pos, w, batch = _graphs()
     with torch.no_grad():
-        testing.assert_permutation_equivariant(model, x, pos, w, batch)
-        testing.assert_padding_invariant(model, x, pos, w, batch)
+        testing.assert_permutation_equivariant(testing.mesh_layer(model), x, pos, w, batch)
+        testing.assert_padding_invariant(testing.mesh_layer(model), x, pos, w, batch)
         i = batch == 0
-        testing.assert_duplication_invariant(model, x[i], pos[i], w[i], index=2)
-        testing.assert_batch_independent(model, [(x[batch == g], pos[batch == g], w[batch == g])
+        testing.assert_duplication_invariant(testing.mesh_layer(model), x[i], pos[i], w[i], index=2)
+        testing.assert_batch_independent(testing.mesh_layer(model), [(x[batch == g], pos[batch == g], w[batch == g])
                                                  for g in range(2)])
 
 
@@ -264,16 +264,16 @@ def test_spectral_decoder_is_fno_layers_of_the_spectral_integral():
     assert len(dec.spectral) == 2 and dec.spectral[0].modes == 3 and dec.spectral[0].padding == 0.5
     x, pos, w, batch = _graphs()
     with torch.no_grad():
-        h = model.encode(x, pos, w, batch)
+        h = model.encode(x, Mesh(pos, w, batch=batch))
         z = h
         for k in range(2):
             z = torch.nn.functional.silu(_linear(dec.linears[k], z) + dec.spectral[k](z, pos, w, batch))
         lin1, lin2 = model.project[0], model.project[2]
         s = _linear(lin1, z)
         expected = _linear(lin2, s / (1 + torch.exp(-s)))
-        torch.testing.assert_close(model(x, pos, w, batch), expected, **EXACT)
+        torch.testing.assert_close(model(x, Mesh(pos, w, batch=batch)), expected, **EXACT)
     with pytest.raises(ValueError, match="answers on its input mesh"):
-        model(x, pos, w, batch, pos_query=pos)
+        model(x, Mesh(pos, w, batch=batch), query=Mesh(pos, w, batch=batch))
     with pytest.raises(ValueError, match="depth >= 1"):
         SpectralDecoder(8, 2, depth=0)
 
@@ -311,7 +311,7 @@ def test_feed_forward_dropout_is_cao_s_and_leaves_evaluation_and_keys_alone(bloc
     x, pos, w = x.float(), pos.float(), w.float()
     with_drop.eval()
     plain.eval()
-    torch.testing.assert_close(with_drop(x, pos, w, batch), plain(x, pos, w, batch), rtol=0, atol=0)
+    torch.testing.assert_close(with_drop(x, Mesh(pos, w, batch=batch)), plain(x, Mesh(pos, w, batch=batch)), rtol=0, atol=0)
     ff = with_drop.blocks[0].ff
     assert ff.dropout == p and "dropout=0.25" in repr(ff)
     ff.train()

@@ -1,5 +1,5 @@
-"""ViT NO and FANO on the Mesh contract: model(x, mesh) equals the former call, a batch of meshes
-equals each mesh alone, structure is built once per Mesh, and a torch.compile graph is whole."""
+"""ViT NO and FANO on the Mesh contract: a batch of meshes equals each mesh alone (with and
+without a query mesh), structure is built once per Mesh, and a torch.compile graph is whole."""
 
 import pytest
 import torch
@@ -34,38 +34,23 @@ def meshes():
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("fitted", [False, True])
 @torch.no_grad()
-def test_mesh_call_equals_former_call_and_batch_equals_each_mesh(name, fitted, meshes):
+def test_a_batch_of_meshes_equals_each_mesh_alone(name, fitted, meshes):
     model = _model(name, decoder="cross", final_modes=2)
     if fitted:
         model.fit_mesh(meshes[0])
     batch = Mesh.batch(meshes)
     x = torch.cat([_x(m) for m in meshes])
     out = model(x, batch)
-    assert torch.equal(out, model(x, batch.pos, batch.weight, batch.batch_vector))
     alone = torch.cat([model(_x(m), m) for m in meshes])
     assert torch.allclose(out, alone, atol=1e-12)
     queries = [_mesh(n, seed=n + 1) for n in (5, 6, 8)]
     query = Mesh.batch(queries)
     out = model(x, batch, query=query)
     assert out.shape == (query.num_nodes, 1)
-    assert torch.equal(out, model(x, batch.pos, batch.weight, batch.batch_vector, pos_query=query.pos,
-                                  weight_query=query.weight, batch_query=query.batch_vector))
     alone = torch.cat([model(_x(m), m, query=q) for m, q in zip(meshes, queries)])
     assert torch.allclose(out, alone, atol=1e-12)
     with pytest.raises(ValueError, match="graphs"):
         model(x, batch, query=queries[0])
-
-
-def test_fit_mesh_takes_the_mesh_or_the_former_tensors(meshes):
-    m = meshes[0]
-    new, old = _model("fano", partition_method="metis"), _model("fano", partition_method="metis")
-    new.fit_mesh(m)
-    old.fit_mesh(m.pos, m.weight, m.cells)
-    for key, value in new.state_dict().items():
-        if key.startswith("partition_"):
-            assert torch.equal(value, old.state_dict()[key])
-    with pytest.raises(TypeError):
-        _model("fano").fit_mesh(m, m.weight)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -95,13 +80,3 @@ def test_no_graph_breaks_on_a_batch_of_three_meshes_after_warm_up(name, meshes):
     model(x, batch)  # builds the structure
     explained = torch._dynamo.explain(lambda: model(x, batch))()
     assert explained.graph_break_count == 0, [r.reason for r in explained.break_reasons]
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_former_query_without_its_weights_is_refused(name, meshes):
-    """The patched cross decoders integrate over the query's patches: the former call with
-    ``pos_query`` and no ``weight_query`` is refused, not answered with unit weights."""
-    mesh = meshes[0]
-    model = _model(name, decoder="cross")
-    with pytest.raises(ValueError, match="quadrature weights"):
-        model(_x(mesh), mesh.pos, mesh.weight, pos_query=mesh.pos)

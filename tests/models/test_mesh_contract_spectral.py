@@ -37,20 +37,14 @@ def _field(mesh: Mesh) -> torch.Tensor:
 
 @pytest.mark.parametrize("label", sorted(CONFIGS))
 @torch.no_grad()
-def test_mesh_call_equals_former_call_and_batch_equals_each_mesh(label):
+def test_a_batch_of_meshes_equals_each_mesh_alone(label):
     model, meshes = _model(label), _meshes()
     outs = [model(_field(m), m) for m in meshes]
-    cells = CONFIGS[label][1].get("quadrature") == "p1" or label == "multigrid"  # models that read the cells
-    if not cells:  # the former call carries no cells
-        for m, out in zip(meshes, outs):
-            assert torch.equal(model(_field(m), m.pos, m.weight), out)
     batch = Mesh.batch(meshes)
     x = torch.cat([_field(m) for m in meshes])
     batched = model(x, batch)
     torch.testing.assert_close(batched, torch.cat(outs), rtol=0, atol=1e-12)
     assert torch.equal(model(x, batch), batched)  # again, from the memo
-    if not cells:
-        assert torch.equal(model(x, batch.pos, batch.weight, batch.batch_vector), batched)
 
 
 @pytest.mark.parametrize("label, module, name", [

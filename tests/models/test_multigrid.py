@@ -12,7 +12,7 @@ from smooth_inputs import smooth_input
 
 from geoattn import testing
 from geoattn.errors import ConfigError
-from geoattn.mesh import families, from_meshio
+from geoattn.mesh import Mesh, families, from_meshio
 from geoattn.models import MultigridOperator, build_model
 from geoattn.models.multigrid import grid_stencil, prolong_to_nodes, restrict, restriction, simplex_points
 
@@ -281,15 +281,15 @@ def test_quadrature_properties(two_meshes):
     copies change no output (the restriction sees the same measure); in a batch too."""
     model, gen = _model(), torch.Generator().manual_seed(0)
     d = two_meshes[1]
-    testing.assert_permutation_equivariant(model, d.x, d.pos, d.weight, generator=gen)
-    testing.assert_padding_invariant(model, d.x, d.pos, d.weight, generator=gen)
-    testing.assert_duplication_invariant(model, d.x, d.pos, d.weight, index=7)
+    testing.assert_permutation_equivariant(testing.mesh_layer(model), d.x, d.pos, d.weight, generator=gen)
+    testing.assert_padding_invariant(testing.mesh_layer(model), d.x, d.pos, d.weight, generator=gen)
+    testing.assert_duplication_invariant(testing.mesh_layer(model), d.x, d.pos, d.weight, index=7)
     samples = [(m.x, m.pos, m.weight) for m in two_meshes]
-    testing.assert_batch_independent(model, samples)
+    testing.assert_batch_independent(testing.mesh_layer(model), samples)
     batch = torch.cat([torch.full((len(m.pos),), i) for i, m in enumerate(two_meshes)])
     x, pos, weight = (torch.cat(t) for t in zip(*samples))
-    testing.assert_permutation_equivariant(model, x, pos, weight, batch, generator=gen)
-    testing.assert_padding_invariant(model, x, pos, weight, batch, generator=gen)
+    testing.assert_permutation_equivariant(testing.mesh_layer(model), x, pos, weight, batch, generator=gen)
+    testing.assert_padding_invariant(testing.mesh_layer(model), x, pos, weight, batch, generator=gen)
 
 
 def test_rejects_mismatched_inputs_and_bad_configurations():
@@ -306,12 +306,12 @@ def test_runs_in_one_and_three_dimensions():
     torch.manual_seed(0)
     line = MultigridOperator(1, 1, dim=1, width=4, grid=8, levels=3).double()
     pos = torch.rand(20, 1, dtype=torch.float64)
-    out = line(pos.sin(), pos, torch.full((20,), 0.05, dtype=torch.float64))
+    out = line(pos.sin(), Mesh(pos, torch.full((20,), 0.05, dtype=torch.float64)))
     cube = MultigridOperator(1, 2, dim=3, width=4, grid=4, levels=2).double()
     pos = torch.rand(30, 3, dtype=torch.float64)
     x, w, batch = pos[:, :1], torch.full((30,), 1 / 15, dtype=torch.float64), (torch.arange(30) >= 15).long()
-    both = cube(x, pos, w, batch)
-    torch.testing.assert_close(both, torch.cat([cube(x[:15], pos[:15], w[:15]), cube(x[15:], pos[15:], w[15:])]))
+    both = cube(x, Mesh(pos, w, batch=batch))
+    torch.testing.assert_close(both, torch.cat([cube(x[:15], Mesh(pos[:15], w[:15])), cube(x[15:], Mesh(pos[15:], w[15:]))]))
     assert out.shape == (20, 1) and both.shape == (30, 2) and torch.isfinite(both).all()
 
 
@@ -330,7 +330,7 @@ def test_forward_cost_is_linear_in_the_nodes():
     for t in (2, 3):
         d = from_meshio(families.refine(mesh, t), dtype=torch.float32)
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
-            model(smooth_input(d.pos), d.pos, d.weight)
+            model(smooth_input(d.pos), Mesh(d.pos, d.weight))
         counts.append((len(d.pos), counter.get_total_flops()))
     (n0, f0), (n1, f1) = counts
     assert n1 > 3.5 * n0 and f0 < f1 <= f0 * n1 / n0, counts

@@ -7,7 +7,7 @@ from geoattn.mesh import Mesh, families, from_meshio
 from geoattn.mesh.partition import partition
 from geoattn.nn.patch_pairs import patch_pairs
 from geoattn.models import FANO, ViTNO, build_model
-from geoattn.testing import assert_permutation_equivariant, convergence_rate, refinement_samples
+from geoattn.testing import assert_permutation_equivariant, convergence_rate, mesh_layer, refinement_samples
 from geoattn.train import NormalizedOperator, Trainer, load_operator
 from geoattn.train.checkpoint import operator_payload, save_checkpoint
 from geoattn.train.trainer import evaluate_errors
@@ -50,14 +50,14 @@ def test_untrained_output_converges_with_partition_transferred_from_coarse_mesh(
     part = partition(coarse.pos, coarse.weight, 4, method="rcb")
     model = _model(cls)
     model.set_partition(part)
-    outs = [model(u, pos, w) for u, pos, w, _ in samples]
+    outs = [model(u, Mesh(pos, w)) for u, pos, w, _ in samples]
     errors = _relative_errors(outs, coarse.num_nodes)
     hs = [s[3] for s in samples[:-1]]
     assert convergence_rate(hs[1:], errors[1:]) > 1.2, errors
     assert errors[-1] < 0.06, errors
     # plain node averages (uniform weights) converge to another operator on a graded mesh
     u, pos, w, _ = samples[-1]
-    plain = model(u, pos, torch.full_like(w, 1.0 / len(w)))[:coarse.num_nodes]
+    plain = model(u, Mesh(pos, torch.full_like(w, 1.0 / len(w))))[:coarse.num_nodes]
     ref = outs[-1][:coarse.num_nodes]
     assert (plain - ref).norm() / ref.norm() > 3 * errors[-1]
 
@@ -70,7 +70,7 @@ def test_untrained_output_converges_with_partitions_made_on_the_fly(cls, graded)
     over all levels is 1.56 (ViT NO) and 1.70 (FANO). Fit one partition for cross-mesh use."""
     mesh, samples = graded
     model = _model(cls)
-    outs = [model(u, pos, w) for u, pos, w, _ in samples]
+    outs = [model(u, Mesh(pos, w)) for u, pos, w, _ in samples]
     errors = _relative_errors(outs, len(mesh.points))
     hs = [s[3] for s in samples[:-1]]
     assert convergence_rate(hs, errors) > 0.9, errors
@@ -120,15 +120,15 @@ def test_batched_equals_separate_and_hparams_rebuild(cls, graded):
         d.x = _f(d.pos)
     b = Batch.from_data_list(data)
     with torch.no_grad():
-        out = model(b.x, b.pos, b.weight, b.batch)
-        sep = torch.cat([model(d.x, d.pos, d.weight) for d in data])
+        out = model(b.x, Mesh(b.pos, b.weight, batch=b.batch))
+        sep = torch.cat([model(d.x, Mesh(d.pos, d.weight)) for d in data])
     assert torch.allclose(out, sep, atol=1e-10)
     # with one partition for the batch as well
     part = partition(data[0].pos, data[0].weight, 5, cells=data[0].cells, method="metis")
     model.set_partition(part)
     with torch.no_grad():
-        out = model(b.x, b.pos, b.weight, b.batch)
-        sep = torch.cat([model(d.x, d.pos, d.weight) for d in data])
+        out = model(b.x, Mesh(b.pos, b.weight, batch=b.batch))
+        sep = torch.cat([model(d.x, Mesh(d.pos, d.weight)) for d in data])
     assert torch.allclose(out, sep, atol=1e-10)
     model.set_partition(None)
     # a cross decoder on a batch of query meshes
@@ -144,7 +144,7 @@ def test_batched_equals_separate_and_hparams_rebuild(cls, graded):
     again = build_model(cls.model_name, **model.hparams).double()
     again.load_state_dict(model.state_dict())
     d = data[0]
-    assert torch.equal(again(d.x, d.pos, d.weight), model(d.x, d.pos, d.weight))
+    assert torch.equal(again(d.x, Mesh(d.pos, d.weight)), model(d.x, Mesh(d.pos, d.weight)))
 
 
 def test_spectral_map_sits_in_the_lift_or_in_qkv():
@@ -160,7 +160,7 @@ def test_permutation_equivariant_with_partitions_made_on_the_fly(cls):
     """RCB cuts depend on coordinates only, so shuffling the nodes shuffles the output."""
     d = from_meshio(families.unit_square(6, "irregular", seed=5), dtype=torch.float64)
     model = _model(cls, final_modes=2)
-    assert_permutation_equivariant(model, _f(d.pos), d.pos, d.weight,
+    assert_permutation_equivariant(mesh_layer(model), _f(d.pos), d.pos, d.weight,
                                    generator=torch.Generator().manual_seed(0))
 
 
@@ -170,8 +170,8 @@ def test_cuda_equals_cpu(cls):
     d = from_meshio(families.unit_square(6, "graded"), dtype=torch.float64)
     model = _model(cls, decoder="cross", final_modes=2)
     with torch.no_grad():
-        cpu = model(_f(d.pos), d.pos, d.weight)
-        gpu = model.cuda()(_f(d.pos).cuda(), d.pos.cuda(), d.weight.cuda())
+        cpu = model(_f(d.pos), Mesh(d.pos, d.weight))
+        gpu = model.cuda()(_f(d.pos).cuda(), Mesh(d.pos.cuda(), d.weight.cuda()))
     assert gpu.device.type == "cuda" and torch.allclose(gpu.cpu(), cpu, atol=1e-10)
 
 
@@ -184,9 +184,9 @@ def test_smoothing_last_layer_is_the_remark_21_multiplier():
     plain = _model(FANO)
     smooth = _model(FANO, final_modes=3, smoothing_eps=1e-2)
     smooth.load_state_dict(plain.state_dict())
-    z = plain(_f(d.pos), d.pos, d.weight)
+    z = plain(_f(d.pos), Mesh(d.pos, d.weight))
     expected = SpectralSmoothing(3, 2, eps=1e-2)(z, d.pos, d.weight)
-    assert torch.allclose(smooth(_f(d.pos), d.pos, d.weight), expected, atol=1e-12)
+    assert torch.allclose(smooth(_f(d.pos), Mesh(d.pos, d.weight)), expected, atol=1e-12)
     with pytest.raises(ValueError, match="final_modes"):
         FANO(2, 1, smoothing_eps=1e-3)
 
@@ -194,7 +194,7 @@ def test_smoothing_last_layer_is_the_remark_21_multiplier():
 def test_float32_and_gradients():
     model = _model(FANO).float().train()
     d = from_meshio(families.unit_square(5, "irregular", seed=0))
-    out = model(_f(d.pos), d.pos, d.weight)
+    out = model(_f(d.pos), Mesh(d.pos, d.weight))
     assert out.dtype == torch.float32 and torch.isfinite(out).all()
     out.square().sum().backward()
     assert all(p.grad is not None for p in model.parameters())
@@ -252,29 +252,29 @@ def test_partition_is_model_state_saved_with_the_weights(method, tmp_path):
     other = from_meshio(families.unit_square(11, "graded"), dtype=torch.float64)
     model = _model(FANO, partition_method=method)
     assert model.partition is None
-    model.fit_mesh(train.pos, train.weight, train.cells)
+    model.fit_mesh(Mesh(train.pos, train.weight, train.cells))
     fitted = partition(train.pos, train.weight, 4, cells=train.cells, method=method)
     assert torch.equal(model.partition.transfer(other.pos), fitted.transfer(other.pos))
     assert model.partition.length == fitted.length
-    model.fit_mesh(other.pos, other.weight)  # already fitted: kept
+    model.fit_mesh(Mesh(other.pos, other.weight))  # already fitted: kept
     assert torch.equal(model.partition.transfer(other.pos), fitted.transfer(other.pos))
     with torch.no_grad():
-        out = model(_f(other.pos), other.pos, other.weight)
+        out = model(_f(other.pos), Mesh(other.pos, other.weight))
         same = _model(FANO, partition_method=method)
         same.load_state_dict(model.state_dict())
         same.set_partition(fitted)
-        assert torch.allclose(out, same(_f(other.pos), other.pos, other.weight))
+        assert torch.allclose(out, same(_f(other.pos), Mesh(other.pos, other.weight)))
         model.float().double()  # dtype casts of the module leave the partition bit-exact
         again = build_model("fano", **model.hparams).double()
         assert again.partition is None
         again.load_state_dict(model.state_dict())
-        assert torch.equal(again(_f(other.pos), other.pos, other.weight), out)
+        assert torch.equal(again(_f(other.pos), Mesh(other.pos, other.weight)), out)
         op = NormalizedOperator(model)
         save_checkpoint(tmp_path / "m.pt", operator_payload(op))
         loaded = load_operator(tmp_path / "m.pt").model.double()
-        assert torch.equal(loaded(_f(other.pos), other.pos, other.weight), out)
+        assert torch.equal(loaded(_f(other.pos), Mesh(other.pos, other.weight)), out)
         loaded.set_partition(None)  # back to cutting every mesh on its own: another operator
-        assert not torch.allclose(loaded(_f(other.pos), other.pos, other.weight), out)
+        assert not torch.allclose(loaded(_f(other.pos), Mesh(other.pos, other.weight)), out)
 
 
 def test_patch_stencils_are_built_once_per_mesh(monkeypatch):

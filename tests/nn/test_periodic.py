@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from geoattn.errors import ConfigError, MeshError
-from geoattn.mesh import periodic_weights
+from geoattn.mesh import Mesh, periodic_weights
 from geoattn.models import MeshFNO, build_model
 from geoattn.nn.spectral import (PatchSpectralIntegral, SpectralIntegral, SpectralSmoothing,
                                  bounding_box, box_frame, fourier_coefficients, fourier_evaluate)
@@ -232,7 +232,7 @@ def test_mesh_fno_on_a_torus_agrees_between_grids_and_rebuilds_from_hparams():
     for period in (1.0, None):
         torch.manual_seed(0)
         model = MeshFNO(2, 1, width=12, depth=2, modes=3, period=period).double().eval()
-        out = {n: model(smooth(torus_grid(n)), torus_grid(n), weights(torus_grid(n))).reshape(n, n)
+        out = {n: model(smooth(torus_grid(n)), Mesh(torus_grid(n), weights(torus_grid(n)))).reshape(n, n)
                for n in (32, 64, 128)}
         diffs = [relative(out[n], out[128][:: 128 // n, :: 128 // n]) for n in (32, 64)]
         if period is not None:
@@ -247,6 +247,6 @@ def test_mesh_fno_on_a_torus_agrees_between_grids_and_rebuilds_from_hparams():
     rebuilt = build_model("mesh_fno", **model.hparams).double().eval()
     rebuilt.load_state_dict(model.state_dict())
     pos = torus_grid(16)
-    assert torch.equal(rebuilt(smooth(pos), pos, weights(pos)), model(smooth(pos), pos, weights(pos)))
+    assert torch.equal(rebuilt(smooth(pos), Mesh(pos, weights(pos))), model(smooth(pos), Mesh(pos, weights(pos))))
     with pytest.raises(ConfigError, match="no boundary to pad"):
         MeshFNO(2, 1, period=1.0, padding=0.25)

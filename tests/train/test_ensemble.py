@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from geoattn.errors import CheckpointError, ConfigError
-from geoattn.mesh import families, from_meshio
+from geoattn.mesh import Mesh, families, from_meshio
 from geoattn.models import build_model
 from geoattn.train import Ensemble, NormalizedOperator, load_ensemble, train_ensemble
 
@@ -27,19 +27,19 @@ def _sample():
 def test_mean_and_spread_are_those_of_the_members():
     members, s = [_model(k) for k in range(3)], _sample()
     ens = Ensemble(members)
-    outs = torch.stack([m(s.x, s.pos, s.weight) for m in members])  # [3, N, 1]
-    torch.testing.assert_close(ens(s.x, s.pos, s.weight), (outs[0] + outs[1] + outs[2]) / 3, rtol=1e-12, atol=1e-14)
+    outs = torch.stack([m(s.x, Mesh(s.pos, s.weight)) for m in members])  # [3, N, 1]
+    torch.testing.assert_close(ens(s.x, Mesh(s.pos, s.weight)), (outs[0] + outs[1] + outs[2]) / 3, rtol=1e-12, atol=1e-14)
     var = ((outs - outs.mean(0)) ** 2).sum(0) / 3
-    torch.testing.assert_close(ens.spread(s.x, s.pos, s.weight), var.sqrt(), rtol=1e-10, atol=1e-14)
-    assert ens.spread(s.x, s.pos, s.weight).min() > 0  # members from other seeds differ everywhere
+    torch.testing.assert_close(ens.spread(s.x, Mesh(s.pos, s.weight)), var.sqrt(), rtol=1e-10, atol=1e-14)
+    assert ens.spread(s.x, Mesh(s.pos, s.weight)).min() > 0  # members from other seeds differ everywhere
     assert len(ens) == 3 and (ens.in_channels, ens.out_channels, ens.dim) == (1, 1, 2)
 
 
 def test_one_member_is_the_member():
     m, s = _model(0), _sample()
     ens = Ensemble([m])
-    torch.testing.assert_close(ens(s.x, s.pos, s.weight), m(s.x, s.pos, s.weight), rtol=0, atol=0)
-    assert ens.spread(s.x, s.pos, s.weight).abs().max() == 0
+    torch.testing.assert_close(ens(s.x, Mesh(s.pos, s.weight)), m(s.x, Mesh(s.pos, s.weight)), rtol=0, atol=0)
+    assert ens.spread(s.x, Mesh(s.pos, s.weight)).abs().max() == 0
 
 
 def test_the_mean_is_never_worse_in_mean_square_than_the_members():
@@ -49,10 +49,10 @@ def test_the_mean_is_never_worse_in_mean_square_than_the_members():
     y = torch.cos(2 * s.pos[:, :1])
     ens = Ensemble(members)
     sq = lambda u: (s.weight[:, None] * (u - y) ** 2).sum()  # noqa: E731
-    members_mean = torch.stack([sq(m(s.x, s.pos, s.weight)) for m in members]).mean()
-    spread = (s.weight[:, None] * ens.spread(s.x, s.pos, s.weight) ** 2).sum()
-    torch.testing.assert_close(sq(ens(s.x, s.pos, s.weight)) + spread, members_mean, rtol=1e-10, atol=0)
-    assert sq(ens(s.x, s.pos, s.weight)) < members_mean
+    members_mean = torch.stack([sq(m(s.x, Mesh(s.pos, s.weight))) for m in members]).mean()
+    spread = (s.weight[:, None] * ens.spread(s.x, Mesh(s.pos, s.weight)) ** 2).sum()
+    torch.testing.assert_close(sq(ens(s.x, Mesh(s.pos, s.weight))) + spread, members_mean, rtol=1e-10, atol=0)
+    assert sq(ens(s.x, Mesh(s.pos, s.weight))) < members_mean
 
 
 def test_members_of_another_contract_are_refused():
@@ -89,8 +89,8 @@ def test_train_ensemble_seeds_members_and_reads_back(tmp_path):
     loaded = load_ensemble(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["member0", "member1"]
     with torch.no_grad():
-        torch.testing.assert_close(loaded(s.x, s.pos, s.weight), ens(s.x, s.pos, s.weight), rtol=1e-6, atol=1e-7)
-        assert not torch.equal(ens.members[0](s.x, s.pos, s.weight), ens.members[1](s.x, s.pos, s.weight))
+        torch.testing.assert_close(loaded(s.x, Mesh(s.pos, s.weight)), ens(s.x, Mesh(s.pos, s.weight)), rtol=1e-6, atol=1e-7)
+        assert not torch.equal(ens.members[0](s.x, Mesh(s.pos, s.weight)), ens.members[1](s.x, Mesh(s.pos, s.weight)))
 
 
 def test_a_trainer_refuses_an_ensemble():

@@ -1,7 +1,7 @@
 import torch
 from torch import nn
 
-from geoattn.mesh import families, from_meshio, integrate
+from geoattn.mesh import Mesh, families, from_meshio, integrate
 from geoattn.train import NormalizedOperator
 
 
@@ -17,7 +17,8 @@ class WeightRecorder(nn.Module):
     def check_inputs(self, x, pos):
         self.checked += 1
 
-    def forward(self, x, pos, weight, batch=None):
+    def forward(self, x, mesh):
+        pos, weight, batch = mesh.pos, mesh.weight, mesh.batch_vector
         self.weights.append(weight)
         if batch is None:
             batch = torch.zeros(len(x), dtype=torch.long)
@@ -48,8 +49,8 @@ def test_identity_normalisers_before_fitting():
     model = WeightRecorder()
     op = NormalizedOperator(model)
     d = _samples(1)[0]
-    out = op(d.x, d.pos, d.weight)
-    torch.testing.assert_close(out, model(d.x, d.pos, d.weight), rtol=1e-5, atol=1e-8)
+    out = op(d.x, Mesh(d.pos, d.weight))
+    torch.testing.assert_close(out, model(d.x, Mesh(d.pos, d.weight)), rtol=1e-5, atol=1e-8)
     assert model.checked == 1
     assert model.weights[0] is d.weight
 
@@ -65,8 +66,8 @@ def test_fitted_operator_is_decode_model_encode():
     my, sy = _statistics([d.y for d in samples], weights)
     eps = op.x_normalizer.eps
     d = samples[1]
-    expected = model((d.x - mx) / (sx + eps), d.pos, d.weight) * (sy + eps) + my
-    torch.testing.assert_close(op(d.x, d.pos, d.weight), expected)
+    expected = model((d.x - mx) / (sx + eps), Mesh(d.pos, d.weight)) * (sy + eps) + my
+    torch.testing.assert_close(op(d.x, Mesh(d.pos, d.weight)), expected)
     # the statistics are not trivial, so a missing encode or decode would show
     assert (mx.abs() > 1).all() and ((sy - 1).abs() > 0.1).all()
 
@@ -81,11 +82,11 @@ def test_unweighted_feeds_node_average_weights():
     pos = torch.cat([d.pos for d in samples])
 
     model = WeightRecorder()
-    NormalizedOperator(model, unweighted=True)(x, pos, weight, batch)
+    NormalizedOperator(model, unweighted=True)(x, Mesh(pos, weight, batch=batch))
     seen = model.weights[-1]
     for b, d in enumerate(samples):  # |D_b| / N_b on every node of graph b; both areas are 1
         torch.testing.assert_close(seen[batch == b], torch.full_like(d.weight, 1.0 / d.num_nodes))
     assert not torch.allclose(seen, weight)  # the graded mesh's own weights are far from uniform
 
-    NormalizedOperator(model)(x, pos, weight, batch)
+    NormalizedOperator(model)(x, Mesh(pos, weight, batch=batch))
     assert model.weights[-1] is weight

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from geoattn.errors import SymmetryError
-from geoattn.mesh import dihedral, families, from_meshio
+from geoattn.mesh import Mesh, dihedral, families, from_meshio
 from geoattn.mesh.symmetry import Isometry, transform
 from geoattn.models import build_model
 from geoattn.train import NormalizedOperator, RefinedOperator, SymmetrizedOperator, symmetrize, training_size
@@ -29,8 +29,8 @@ def _model():
 def test_the_average_is_the_mean_over_the_images():
     model, s = _model(), _sample()
     sym = SymmetrizedOperator(model, SQUARE)
-    expected = torch.stack([model(s.x, g(s.pos), s.weight) for g in SQUARE]).mean(0)
-    torch.testing.assert_close(sym(s.x, s.pos, s.weight), expected, rtol=1e-10, atol=1e-12)
+    expected = torch.stack([model(s.x, Mesh(g(s.pos), s.weight)) for g in SQUARE]).mean(0)
+    torch.testing.assert_close(sym(s.x, Mesh(s.pos, s.weight)), expected, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("kind", ["irregular", "graded"])
@@ -39,11 +39,11 @@ def test_the_average_is_equivariant_and_the_model_is_not(kind):
     the model alone changes by a visible amount (the test sees a non-equivariant operator)."""
     model, s = _model(), _sample(kind)
     sym = SymmetrizedOperator(model, SQUARE)
-    out, plain = sym(s.x, s.pos, s.weight), model(s.x, s.pos, s.weight)
+    out, plain = sym(s.x, Mesh(s.pos, s.weight)), model(s.x, Mesh(s.pos, s.weight))
     for g in SQUARE[1:]:
         image = transform(s, g)
-        torch.testing.assert_close(sym(image.x, image.pos, image.weight), out, rtol=1e-9, atol=1e-12)
-        assert (model(image.x, image.pos, image.weight) - plain).abs().max() > 1e-4 * plain.abs().max()
+        torch.testing.assert_close(sym(image.x, Mesh(image.pos, image.weight)), out, rtol=1e-9, atol=1e-12)
+        assert (model(image.x, Mesh(image.pos, image.weight)) - plain).abs().max() > 1e-4 * plain.abs().max()
 
 
 def test_a_batch_is_the_samples_one_by_one():
@@ -52,8 +52,8 @@ def test_a_batch_is_the_samples_one_by_one():
     sym = SymmetrizedOperator(NormalizedOperator(model), SQUARE)
     x, pos, w = torch.cat([a.x, b.x]), torch.cat([a.pos, b.pos]), torch.cat([a.weight, b.weight])
     batch = torch.repeat_interleave(torch.arange(2), torch.tensor([len(a.pos), len(b.pos)]))
-    both = sym(x, pos, w, batch)
-    torch.testing.assert_close(both, torch.cat([sym(a.x, a.pos, a.weight), sym(b.x, b.pos, b.weight)]))
+    both = sym(x, Mesh(pos, w, batch=batch))
+    torch.testing.assert_close(both, torch.cat([sym(a.x, Mesh(a.pos, a.weight)), sym(b.x, Mesh(b.pos, b.weight))]))
 
 
 @pytest.mark.parametrize("order", ["refined outside", "refined inside"])
