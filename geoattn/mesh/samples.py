@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 
 from .mesh import Mesh
+from .validation import located, validate_sample
 
 __all__ = ["MeshSamples", "MeshStore", "as_samples", "mesh_id_of"]
 
@@ -178,7 +179,7 @@ def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
     return a is b or (a.shape == b.shape and a.dtype == b.dtype and a.device == b.device and torch.equal(a, b))
 
 
-def as_samples(samples) -> MeshSamples | Sequence:
+def as_samples(samples, *, name: str = "") -> MeshSamples | Sequence:
     """``samples`` as a dataset whose samples name their mesh (``.meshes`` and ``sample.mesh_id``).
 
     A dataset that already names its meshes (a :class:`MeshSamples`, a
@@ -191,6 +192,11 @@ def as_samples(samples) -> MeshSamples | Sequence:
 
     Keep the result and pass it to every call (fit, evaluate, report): the structure an
     operator derives from a mesh lives on that :class:`~geoattn.mesh.Mesh`.
+
+    Raises:
+        MeshError: a sample whose mesh is not one (weights of another shape, cells that are no
+            table of node indices...), the typed error of :func:`~geoattn.mesh.validate_sample`
+            prefixed with ``"{name} sample {i}"`` (``name``, e.g. ``"training"``, says which set).
     """
     if getattr(samples, "meshes", None) is not None:
         return samples
@@ -216,7 +222,12 @@ def as_samples(samples) -> MeshSamples | Sequence:
                 break
         if found is None:
             found = len(meshes)
-            meshes.append(Mesh(pos, weight, cells))
+            try:
+                meshes.append(Mesh(pos, weight, cells))
+            except ValueError:
+                with located(f"{name} sample {i}".strip()):
+                    validate_sample(d, check_mesh=False)  # the typed error naming the problem
+                raise
             by_size.setdefault(key, []).append(found)
         out.append(_named(d, found))
     return MeshSamples(out, meshes)

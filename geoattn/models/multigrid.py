@@ -165,7 +165,9 @@ def restriction(pos: torch.Tensor, weight: torch.Tensor, cells: torch.Tensor | N
         vals = (w[:, None, None] * stencil.value[:, :, None] * bary[:, None, :]).reshape(-1)
     matrix = torch.sparse_coo_tensor(torch.stack([rows, cols]), vals, (size, len(pos)), check_invariants=True).coalesce()
     total = torch.zeros(size, dtype=pos.dtype, device=pos.device).index_add_(0, rows, vals)
-    (rows, cols), vals = matrix.indices(), matrix.values()
+    # copies: the coalesced matrix's index and value tensors keep the uncoalesced storage alive
+    # (every quadrature point's entries, hundreds of times the matrix), which a mesh's memo holds
+    (rows, cols), vals = matrix.indices().clone(), matrix.values().clone()
     return Restriction(rows, cols, vals, total, 1, tuple(shape))
 
 
@@ -344,16 +346,12 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
         def one(m: Mesh) -> GridStencil:
             return grid_stencil(m.pos, None, self._box(m), self.shape, 1)
 
-        if mesh.num_graphs == 1:
-            return mesh.cached(key, lambda: one(mesh))
-
-        def assemble():
-            parts = mesh.per_graph(key, one)
+        def join(batch: Mesh, parts: list) -> GridStencil:
             cells = math.prod(self.shape)
             return GridStencil(torch.cat([p.index + g * cells for g, p in enumerate(parts)]),
                                torch.cat([p.value for p in parts]), len(parts), self.shape)
 
-        return mesh.cached(key + ("batch",), assemble)
+        return mesh.structure(key, one, join)
 
     def restriction(self, mesh: Mesh) -> Restriction:
         """The first grid's :func:`restriction` of ``mesh`` (for a batch, the members' stacked
@@ -363,18 +361,14 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
         def one(m: Mesh) -> Restriction:
             return restriction(m.pos.detach(), m.weight.detach(), m.cells, self._box(m), self.shape)
 
-        if mesh.num_graphs == 1:
-            return mesh.cached(key, lambda: one(mesh))
-
-        def assemble():
-            parts = mesh.per_graph(key, one)
-            cells, nodes = math.prod(self.shape), mesh.layout.offsets
+        def join(batch: Mesh, parts: list) -> Restriction:
+            cells, nodes = math.prod(self.shape), batch.layout.offsets
             return Restriction(torch.cat([p.rows + g * cells for g, p in enumerate(parts)]),
                                torch.cat([p.cols + n for p, n in zip(parts, nodes)]),
                                torch.cat([p.values for p in parts]), torch.cat([p.total for p in parts]),
                                len(parts), self.shape)
 
-        return mesh.cached(key + ("batch",), assemble)
+        return mesh.structure(key, one, join)
 
     def _box(self, mesh: Mesh) -> torch.Tensor:
         return torch.tensor(self.box, dtype=mesh.pos.dtype, device=mesh.pos.device)

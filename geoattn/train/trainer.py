@@ -31,7 +31,7 @@ import torch.distributed as dist
 from ..errors import ChannelError, ConfigError, FieldLengthError, FrameError, NonFiniteLossError
 from ..locking import hold
 from ..mesh.samples import as_samples, mesh_id_of
-from ..mesh.validation import located, validate_sample
+from ..mesh.validation import located, validate_field, validate_sample
 from ..operators.normalized import NormalizedOperator
 from ..optional import progress as progress_bar
 from ..optional import require
@@ -175,6 +175,7 @@ def validate_samples(samples: Sequence, model: torch.nn.Module, name: str = "tra
         MeshError: the specific error, its message prefixed with ``"{name} sample {i}"``.
     """
     checked: set[int] = set()
+    needed = ("x", "y", "weight", "cells") if h1 else ("x", "y", "weight")
     for i, data in enumerate(samples):
         with located(f"{name} sample {i}"):
             if isinstance(frame, str):
@@ -183,20 +184,18 @@ def validate_samples(samples: Sequence, model: torch.nn.Module, name: str = "tra
                 raise FrameError(f"was read in the frame (origin, scale) {getattr(data, 'frame', None)}, "
                                  f"not {frame} as the training meshes; read every mesh of the model "
                                  "with the same origin= and scale=")
-            missing = [key for key in ("x", "y") if getattr(data, key, None) is None]
-            if missing:
-                raise FieldLengthError(f"has no {', '.join(map(repr, missing))}; training needs 'x' and 'y'")
             k = int(data.mesh_id)
             mesh = samples.meshes[k]
-            if k not in checked:
-                if h1 and mesh.cells is None:
-                    raise FieldLengthError("has no 'cells'; the H1 loss needs mesh cells")
+            missing = [key for key in ("x", "y") if getattr(data, key, None) is None]
+            missing += ["cells"] if h1 and mesh.cells is None else []
+            if missing:
+                raise FieldLengthError(f"has no {', '.join(map(repr, missing))}; training needs "
+                                       f"{', '.join(map(repr, needed))}")
+            if k not in checked:  # the mesh's checks, once per mesh
                 validate_sample(data, check_mesh=False)
                 checked.add(k)
-            for key in ("x", "y"):
-                if data[key].shape[0] != mesh.num_nodes:
-                    raise FieldLengthError(f"{key} has {data[key].shape[0]} rows but its mesh {k} has "
-                                           f"{mesh.num_nodes} nodes")
+            for key in ("x", "y"):  # the fields', every sample
+                validate_field(key, data[key], mesh.num_nodes)
             model.check_inputs(data.x, mesh.pos)
             if data.y.reshape(mesh.num_nodes, -1).shape[1] != model.out_channels:
                 raise ChannelError(f"y has shape {tuple(data.y.shape)} but the model has "
@@ -483,10 +482,10 @@ class Trainer:
                               f"training sample, got {got}; nothing was trained or written")
         # samples that name their meshes: one Mesh per mesh, kept by the dataset from one call
         # to the next (the structure operators build on a mesh lives in its memo)
-        train = as_samples(train)
+        train = as_samples(train, name="training")
         validate_samples(train, op.model, "training", self.h1)
         frame = getattr(train[0], "frame", None)
-        val = as_samples(val) if val else None
+        val = as_samples(val, name="validation") if val else None
         if val:
             validate_samples(val, op.model, "validation", self.h1, frame=frame)
         if hasattr(op, "record_frame"):

@@ -11,7 +11,7 @@ import torch
 from torch_geometric.data import Batch
 
 import geoattn
-from geoattn.mesh import families, from_meshio, read_mesh, validate_sample, write_mesh
+from geoattn.mesh import Mesh, families, from_meshio, read_mesh, validate_sample, write_mesh
 from geoattn.models import build_model
 from geoattn.train import NormalizedOperator, Trainer, relative_h1, relative_l2
 
@@ -200,12 +200,13 @@ def test_loss_of_an_undefined_ratio(case, error, fragment):
     else:
         b.weight[graph1] *= {"zero weights": 0, "negative weights": -1}.get(case, 1)
     pred = b.y + 0.1
+    mesh = Mesh(b.pos, b.weight, b.cells, batch=b.batch)
     if case == "h1":
-        run = lambda: relative_h1(pred, b.y, b.pos, b.weight, b.cells, b.batch)  # noqa: E731
+        run = lambda: relative_h1(pred, b.y, mesh)  # noqa: E731
     elif case == "one sample":
-        run = lambda: relative_l2(torch.ones(5, 1), torch.zeros(5, 1), torch.ones(5))  # noqa: E731
+        run = lambda: relative_l2(torch.ones(5, 1), torch.zeros(5, 1), Mesh(torch.rand(5, 2), torch.ones(5)))  # noqa: E731
     else:
-        run = lambda: relative_l2(pred, b.y, b.weight, b.batch)  # noqa: E731
+        run = lambda: relative_l2(pred, b.y, mesh)  # noqa: E731
     _raises(error, fragment, run)
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import geoattn
-from geoattn.mesh import families, from_meshio, quadrature_weights, read_mesh, to_meshio, validate_mesh
+from geoattn.mesh import Mesh, families, from_meshio, quadrature_weights, read_mesh, to_meshio, validate_mesh
 from geoattn.models import build_model
 from geoattn.train import NormalizedOperator, Trainer, relative_l2
 from geoattn.train.checkpoint import load_operator, operator_payload, save_checkpoint
@@ -154,7 +154,7 @@ def test_relative_error_does_not_depend_on_the_mesh_units(scale):
                        dtype=torch.float64)
     y = torch.cos(2 * data.pos[:, :1] / scale)
     # a 10 % error is 10 % in any unit: the ratio is of two quadratures with the same weights
-    assert relative_l2(1.1 * y, y, data.weight).item() == pytest.approx(0.1, rel=4 * EPS64)
+    assert relative_l2(1.1 * y, y, Mesh.from_sample(data)).item() == pytest.approx(0.1, rel=4 * EPS64)
 
 
 OVERLAPS = {
