@@ -9,7 +9,8 @@ A function on a mesh is ``(x, mesh)``: values ``x [N, C]`` at the nodes of ``mes
   (nodes per graph, offsets, number of graphs), computed once when the batch is made;
 - a memo of derived structure (a radius graph, the P1 Fourier weights, patch pairs, the refined
   mesh with its prolongation, images under an isometry), built on first use by
-  :meth:`Mesh.cached` and kept as long as the mesh.
+  :meth:`Mesh.structure` (named by plain host values, joined over a batch by one stated rule)
+  and kept as long as the mesh, or until :meth:`Mesh.clear_structure`.
 
 Operators never recognise a mesh by its coordinates: the structure of a mesh lives on the mesh
 object, so a dataset hands every sample on one mesh the same :class:`Mesh` and its structure is
@@ -19,6 +20,7 @@ structure comes from each member's memo.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple
 
@@ -80,10 +82,12 @@ class Mesh:
 
     Attributes:
         layout (Layout): nodes per graph, computed once.
-        memo (dict): derived structure, see :meth:`cached`.
+        memo (dict): derived structure, see :meth:`structure`.
         checked (bool): a model's checks of the mesh (weights, batch order, finite coordinates,
             :func:`~geoattn.models.base.check_call`) passed; they are not run again.
         weights_checked (bool): :func:`~geoattn.mesh.validate_weights` passed.
+        serial (int): a number given to this object alone (never reused, unlike ``id``), the
+            plain value that names a mesh in the key of a structure between two meshes.
         weights_known (bool): ``False`` for a query mesh given by its nodes only (the former
             ``pos_query`` without ``weight_query``): its weights are placeholders, and an operator
             that integrates over the query mesh refuses it.
@@ -111,6 +115,7 @@ class Mesh:
             raise ValueError(f"the layout counts {self.layout.num_nodes} nodes, pos has {pos.shape[0]}")
         self.members = tuple(members) if members is not None else None
         self.memo: dict[Hashable, Any] = {}
+        self.serial = next(_SERIALS)
         self.checked = False
         self.weights_checked = False
         self.weights_known = True
@@ -202,18 +207,95 @@ class Mesh:
 
     # ---------------------------------------------------------------- memo
 
-    def cached(self, key: Hashable, build: Callable[[], Any]) -> Any:
-        """The structure named ``key`` (include every setting it depends on, e.g.
-        ``("radius_graph", r)``): from the memo, else ``build()``, kept in the memo."""
+    def structure(self, key: tuple, build: Callable[[Mesh], Any],
+                  join: Callable[[Mesh, list], Any] | None = None) -> Any:
+        """The structure named ``key`` of this mesh: from the memo, else built and kept there.
+
+        ``key`` names the structure and every setting it depends on, in plain host values
+        (``str``, ``int``, ``float``, ``bool``, ``None``, ``torch.dtype``, ``torch.device`` and
+        tuples of them; see :func:`value_key`), e.g. ``("radius_graph", 0.1)``; never a tensor,
+        a module or an object compared by identity. How it is built:
+
+        - one graph: ``build(self)``;
+        - a batch, with ``join``: every member's structure (each from the member's memo, built
+          there on first use, so a dataset's meshes build theirs once whatever the batches) joined
+          by ``join(self, parts)``, e.g. concatenated with the members' node offsets or
+          block-diagonal (:func:`block_diagonal`);
+        - a batch, without ``join``: ``build(self)`` on the batch as a whole.
+
+        The memo lives as long as the mesh; :meth:`memo_bytes` measures it and
+        :meth:`clear_structure` empties it.
+        """
+        _check_key(key)
         try:
             return self.memo[key]
         except KeyError:
-            value = self.memo[key] = build()
-            return value
+            pass
+        if join is not None and self.num_graphs > 1:
+            value = join(self, [m.structure(key, build, join) for m in self.graphs()])
+        else:
+            value = build(self)
+        self.memo[key] = value
+        return value
 
-    def per_graph(self, key: Hashable, build: Callable[[Mesh], Any]) -> list:
-        """``build(member)`` for every graph, each from its member's memo under ``key``."""
-        return [m.cached(key, lambda m=m: build(m)) for m in self.graphs()]
+    def cached(self, key: tuple, build: Callable[[], Any]) -> Any:
+        """Deprecated: ``structure(key, lambda mesh: build())``."""
+        import warnings
+
+        warnings.warn("Mesh.cached(key, build) is deprecated and will be removed in the next minor version: "
+                      "use Mesh.structure(key, build, join)", DeprecationWarning, stacklevel=2)
+        return self.structure(key, lambda _: build())
+
+    def per_graph(self, key, build: Callable[[Mesh], Any]) -> list:
+        """Deprecated: ``[m.structure(key, build) for m in self.graphs()]``."""
+        import warnings
+
+        warnings.warn("Mesh.per_graph(key, build) is deprecated and will be removed in the next minor version: "
+                      "use Mesh.structure(key, build, join)", DeprecationWarning, stacklevel=2)
+        return [m.structure(key, build) for m in self.graphs()]
+
+    def memo_bytes(self) -> int:
+        """Bytes held by the tensors of the memo (of the members' memos too, for a batch that
+        keeps its members), counting each tensor's storage once."""
+        seen: set = set()
+
+        def size(value) -> int:
+            if torch.is_tensor(value):
+                if value.is_sparse:
+                    return size(value._indices()) + size(value._values())
+                if value.layout != torch.strided:
+                    return sum(size(t) for t in (getattr(value, a)() for a in ("crow_indices", "col_indices", "values"))
+                               if torch.is_tensor(t))
+                storage = value.untyped_storage()
+                ptr = (storage.data_ptr(), value.device)
+                if ptr in seen:
+                    return 0
+                seen.add(ptr)
+                return storage.nbytes()
+            if isinstance(value, Mesh):
+                return size(value.pos) + size(value.weight) + size(value.cells) + value.memo_bytes()
+            if isinstance(value, dict):
+                return sum(size(v) for v in value.values())
+            if isinstance(value, (tuple, list)):
+                return sum(size(v) for v in value)
+            if hasattr(value, "__dict__"):
+                return sum(size(v) for v in vars(value).values())
+            return 0
+
+        total = sum(size(v) for v in self.memo.values())
+        if self.members is not None and self.num_graphs > 1:
+            total += sum(m.memo_bytes() for m in self.members)
+        return total
+
+    def clear_structure(self) -> None:
+        """Forget the derived structure (the memo; the members' too) and the checks' flags: the
+        next use builds again. A dataset of many meshes bounds what it keeps by clearing the
+        meshes it has not used for a while (e.g. least recently used first)."""
+        self.memo.clear()
+        self.checked = self.weights_checked = False
+        if self.members is not None and self.num_graphs > 1:
+            for m in self.members:
+                m.clear_structure()
 
     # ---------------------------------------------------------------- derived meshes
 
@@ -232,7 +314,7 @@ class Mesh:
                         batch=None if self._batch is None else self._batch.to(device),
                         layout=self.layout, members=members)
 
-        return self.cached(("to", str(device), dtype), move)
+        return self.structure(("to", device, dtype), lambda _: move())
 
     def moved(self, isometry) -> Mesh:
         """The image of this mesh under ``isometry`` (a callable on ``pos [N, d]``, e.g. a
@@ -242,20 +324,17 @@ class Mesh:
             return Mesh(isometry(self.pos), self.weight, self.cells, batch=self._batch,
                         layout=self.layout, members=members)
 
-        return self.cached(("moved", value_key(isometry)), move)
+        return self.structure(("moved", value_key(isometry)), lambda _: move())
 
     def refined(self, size: float) -> tuple[Mesh, torch.Tensor]:
         """This triangle mesh refined until no edge is longer than ``size``
         (:func:`~geoattn.mesh.refinement.refine_to`; its original nodes come first) and the
         prolongation ``[N_fine, N]`` (sparse) that interpolates nodal values onto it linearly;
         kept in the memo. A batch is refined member by member."""
-        def build():
-            if self.num_graphs > 1:
-                parts = [m.refined(size) for m in self.graphs()]
-                return Mesh.batch([p[0] for p in parts]), block_diagonal([p[1] for p in parts])
-            return _refine_one(self, size)
+        def join(batch: Mesh, parts: list) -> tuple[Mesh, torch.Tensor]:
+            return Mesh.batch([p[0] for p in parts]), block_diagonal([p[1] for p in parts])
 
-        return self.cached(("refined", float(size)), build)
+        return self.structure(("refined", float(size)), lambda m: _refine_one(m, size), join)
 
     def __repr__(self) -> str:
         cells = "" if self.cells is None else f", cells={tuple(self.cells.shape)}"
@@ -277,26 +356,38 @@ def block_diagonal(matrices: Sequence[torch.Tensor]) -> torch.Tensor:
                                    check_invariants=True).coalesce()
 
 
+_SERIALS = itertools.count()
+_PLAIN = (str, int, float, bool, type(None), torch.dtype, torch.device)
+
+
+def _check_key(key) -> None:
+    if isinstance(key, tuple):
+        for k in key:
+            _check_key(k)
+    elif not isinstance(key, _PLAIN):
+        raise TypeError(f"a structure key holds plain host values (str, int, float, bool, None, dtype, device "
+                        f"and tuples), got {type(key).__name__}: name the structure by the values it "
+                        "depends on (value_key)")
+
+
 def value_key(obj) -> Hashable:
-    """A hashable key naming ``obj`` by its value: ``obj`` itself if hashable, else its type and
-    its attributes' values (arrays as tuples), e.g. an :class:`~geoattn.mesh.Isometry` by its
-    matrix and centre, so that equal isometries share one image of a mesh."""
-    try:
-        hash(obj)
-        return obj
-    except TypeError:
-        pass
+    """A key naming ``obj`` by its value, in plain host values: ``obj`` itself if it is one (or a
+    tuple of them), else its type's name and its attributes' values (arrays as tuples of floats;
+    a ``name`` attribute, a label for messages, left out), e.g. an
+    :class:`~geoattn.mesh.Isometry` by its matrix and centre, so that equal isometries share one
+    image of a mesh."""
+    import numpy as np
 
     def value(v):
-        try:
-            hash(v)
+        if isinstance(v, tuple):
+            return tuple(value(u) for u in v)
+        if isinstance(v, _PLAIN):
             return v
-        except TypeError:
-            import numpy as np
+        if isinstance(v, (np.ndarray, list, np.generic)) or torch.is_tensor(v):
+            return tuple(np.asarray(v.cpu() if torch.is_tensor(v) else v, dtype=np.float64).ravel().tolist())
+        return (type(v).__name__, *(value(u) for k, u in vars(v).items() if k != "name"))
 
-            return tuple(np.asarray(v, dtype=np.float64).ravel().tolist())
-
-    return (type(obj).__name__, *(value(v) for v in vars(obj).values()))
+    return value(obj)
 
 
 def _refine_one(mesh: Mesh, size: float) -> tuple[Mesh, torch.Tensor]:

@@ -157,13 +157,7 @@ class MeshFNO(NeuralOperator, name="mesh_fno"):
         each built once per member mesh and kept in its memo."""
         layer = self.spectral[0]
         key = ("mesh_fno.p1_fourier", layer.mode_box, layer.padding, layer.period)
-        if mesh.num_graphs == 1:
-            return mesh.cached(key, lambda: self._build_p1_weights(mesh))
-        return mesh.cached(key + ("batch",), lambda: self._assemble_p1_weights(mesh, key))
-
-    @torch.compiler.disable
-    def _assemble_p1_weights(self, mesh: Mesh, key: tuple) -> torch.Tensor:
-        return torch.cat(mesh.per_graph(key, self._build_p1_weights))
+        return mesh.structure(key, self._build_p1_weights, lambda batch, parts: torch.cat(parts))
 
     @torch.compiler.disable
     def _build_p1_weights(self, member: Mesh) -> torch.Tensor:

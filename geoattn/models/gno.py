@@ -73,17 +73,16 @@ class GNO(NeuralOperator, name="gno"):
     def radius_graph(self, mesh: Mesh) -> torch.Tensor:
         """The radius graph ``edge_index [2, E]`` of ``mesh``'s nodes (no edge joins two graphs),
         from the memo of each member mesh, built there on first use."""
-        key = ("radius_graph", float(self.radius))
-        if mesh.num_graphs == 1:
-            return mesh.cached(key, lambda: _radius_graph(mesh, key))
-        return mesh.cached(key + ("batch",), lambda: _radius_graph(mesh, key))
+        r = float(self.radius)
+        return mesh.structure(("radius_graph", r), lambda m: _radius_graph(m, r), join_edges)
 
 
 @torch.compiler.disable
-def _radius_graph(mesh: Mesh, key: tuple) -> torch.Tensor:
-    """The radius graph ``key = ("radius_graph", r)`` of ``mesh``, built eagerly (a KD-tree query)
-    also under torch.compile: of one mesh, or of a batch from its members' memos."""
-    if mesh.num_graphs == 1:
-        return radius_graph(mesh.pos.detach(), key[1])
-    parts = mesh.per_graph(key, lambda m: radius_graph(m.pos.detach(), key[1]))
-    return torch.cat([e + o for e, o in zip(parts, mesh.layout.offsets)], dim=1)
+def _radius_graph(mesh: Mesh, r: float) -> torch.Tensor:
+    """The radius graph of one mesh, built eagerly (a KD-tree query) also under torch.compile."""
+    return radius_graph(mesh.pos.detach(), r)
+
+
+def join_edges(batch: Mesh, parts: list) -> torch.Tensor:
+    """The edges ``[2, E]`` of a batch from its members' (each shifted by its node offset)."""
+    return torch.cat([e + o for e, o in zip(parts, batch.layout.offsets)], dim=1)

@@ -316,9 +316,10 @@ class PatchedOperator(EncoderOperator):
         :class:`~geoattn.mesh.Mesh`, kept in its memo)."""
         if self.partition is not None:
             return [self.partition] * mesh.num_graphs
-        return mesh.per_graph(("partition", self.num_patches, self.partition_method),
-                              lambda m: make_partition(m.pos, m.weight, self.num_patches,
-                                                       method=self.partition_method))
+        key = ("partition", self.num_patches, self.partition_method)
+        return [m.structure(key, lambda g: make_partition(g.pos, g.weight, self.num_patches,
+                                                          method=self.partition_method))
+                for m in mesh.graphs()]
 
     def patch_index(self, mesh: Mesh, source: Mesh | None = None) -> PatchIndex:
         """The :class:`PatchIndex` of ``mesh`` with its stencils against ``source`` (default: the
@@ -330,12 +331,12 @@ class PatchedOperator(EncoderOperator):
         if source.num_graphs != mesh.num_graphs:
             raise ValueError(f"the query mesh has {mesh.num_graphs} graphs, the input mesh "
                              f"{source.num_graphs}")
-        key = ("patch_index",) + self._partition_key() + (() if own else (source,))
+        key = ("patch_index",) + self._partition_key() + (() if own else ("source", source.serial))
         if own and self.quadrature == "p1":
             key += ("p1", tuple(self.lift.layer.mode_index.flatten().tolist()))
         if own and self.scores == "p1":
             key += ("p1_scores",)
-        return mesh.cached(key, lambda: self._build_patch_index(mesh, source))
+        return mesh.structure(key, lambda m: self._build_patch_index(m, source))
 
     @torch.compiler.disable  # host work (partitions, stencils): run eagerly, once per mesh
     def _build_patch_index(self, mesh: Mesh, source: Mesh) -> PatchIndex:
@@ -362,7 +363,7 @@ class PatchedOperator(EncoderOperator):
         """The :class:`PatchIndex` of one graph ``mesh`` in the patches of ``part`` (kept in its
         memo), with the stencils against the graph ``source``."""
         own = source is mesh
-        key = self._partition_key() + (() if own or self.partition is not None else (source,))
+        key = self._partition_key() + (() if own or self.partition is not None else ("source", source.serial))
 
         def side() -> PatchIndex:
             pos, weight = mesh.pos, mesh.weight
@@ -372,7 +373,7 @@ class PatchedOperator(EncoderOperator):
             unit = _unit_length(pos, weight, index)
             return index._replace(geometry=patch_geometry(*unit, patch, part.num_parts), unit=unit)
 
-        index = mesh.cached(("patch_side",) + key, side)
+        index = mesh.structure(("patch_side",) + key, lambda _: side())
 
         def pairs() -> PatchPairs:
             src = index if own else self._graph_index(source, source, part)
@@ -380,15 +381,16 @@ class PatchedOperator(EncoderOperator):
                                weight_query=mesh.weight, patch_query=index.patch,
                                num_patches_query=index.num_patches)
 
-        index = index._replace(pairs=mesh.cached(("patch_pairs",) + key + (() if own else (source,)), pairs))
-        pieces = lambda: mesh.cached(("patch_pieces",) + key, lambda: self._pieces(mesh, part, index))  # noqa: E731
+        index = index._replace(pairs=mesh.structure(
+            ("patch_pairs",) + key + (() if own else ("source", source.serial)), lambda _: pairs()))
+        pieces = lambda: mesh.structure(("patch_pieces",) + key, lambda _: self._pieces(mesh, part, index))  # noqa: E731
         if own and self.quadrature == "p1":
             modes = self.lift.layer.mode_index
-            index = index._replace(p1=mesh.cached(("patch_p1",) + key + (tuple(modes.flatten().tolist()),),
-                                                  lambda: self._p1_geometry(mesh, index, pieces())))
+            index = index._replace(p1=mesh.structure(("patch_p1",) + key + (tuple(modes.flatten().tolist()),),
+                                                     lambda _: self._p1_geometry(mesh, index, pieces())))
         if own and self.scores == "p1":
-            index = index._replace(p1_mass=mesh.cached(("patch_p1_mass",) + key,
-                                                       lambda: self._p1_mass(mesh, index, pieces())))
+            index = index._replace(p1_mass=mesh.structure(("patch_p1_mass",) + key,
+                                                          lambda _: self._p1_mass(mesh, index, pieces())))
         return index
 
     def _pieces(self, mesh: Mesh, part: Partition, index: PatchIndex) -> PatchPieces:

@@ -182,16 +182,17 @@ class LocalIntegral(nn.Module):
         assembled matrix), or built now for bare tensors."""
         if mesh is None:
             mesh = Mesh(pos, weight, batch=batch)  # a new mesh: nothing kept
-        key = self.structure_key
-        return mesh.cached(key if mesh.num_graphs == 1 else key + ("batch",), lambda: self._build(mesh))
+        return mesh.structure(self.structure_key, self._build, self._join)
 
     @torch.compiler.disable
     def _build(self, mesh: Mesh) -> tuple[torch.Tensor, torch.Tensor]:
-        """The matrices of ``mesh``, built eagerly (a KD-tree query and a sparse assembly) also
-        under torch.compile: of one mesh, or of a batch from its members' memos."""
-        if mesh.num_graphs == 1:
-            return self.matrix(mesh.pos, mesh.weight)
-        parts = mesh.per_graph(self.structure_key, lambda m: self.matrix(m.pos, m.weight))
+        """The matrices of one mesh, built eagerly (a KD-tree query and a sparse assembly) also
+        under torch.compile."""
+        return self.matrix(mesh.pos, mesh.weight)
+
+    @torch.compiler.disable
+    def _join(self, mesh: Mesh, parts: list) -> tuple[torch.Tensor, torch.Tensor]:
+        """The block-diagonal matrices of a batch from its members'."""
         starts = list(mesh.layout.offsets)
         return (_block_diagonal([m for m, _ in parts], starts, mesh.num_nodes),
                 _block_diagonal([t for _, t in parts], [k * self.num_basis for k in starts],

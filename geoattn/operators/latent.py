@@ -112,10 +112,10 @@ class LatentMeshOperator(WrappedOperator):
             down = block_diagonal([_stencil_matrix(g.pos, latent.pos) for g in graphs])
             up = block_diagonal([_stencil_matrix(latent.pos, g.pos) for g in graphs])
             b = len(graphs)  # one batch of b latent meshes for all inputs: its structure is built once
-            batch = latent if b == 1 else latent.cached(("latent_batch", b), lambda: Mesh.batch([latent] * b))
+            batch = latent if b == 1 else latent.structure(("latent_batch", b), lambda m: Mesh.batch([m] * b))
             return batch, down.to(mesh.device, dtype), up.to(mesh.device, dtype)
 
-        return mesh.cached(("latent_operator", self._latent[1], dtype), build)
+        return mesh.structure(("latent_operator", self._latent[1], dtype), lambda _: build())
 
     def fit_mesh(self, mesh: Mesh) -> None:
         """Fit the wrapped model's mesh-dependent state on the latent mesh (the mesh given is

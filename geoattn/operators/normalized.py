@@ -110,7 +110,7 @@ def node_averaged(mesh: Mesh) -> Mesh:
         return Mesh(mesh.pos, node_average_weights(mesh.weight, mesh.batch_vector), mesh.cells,
                     batch=mesh.batch_vector, layout=mesh.layout, members=members)
 
-    return mesh.cached(("node_averaged",), build)
+    return mesh.structure(("node_averaged",), lambda _: build())
 
 
 __all__ = ["NormalizedOperator", "node_averaged"]

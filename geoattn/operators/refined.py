@@ -94,7 +94,7 @@ class RefinedOperator(WrappedOperator):
                 start += n_fine
             return fine, prolong, torch.cat(rows)
 
-        return mesh.cached(("refined_operator", self.size), build)
+        return mesh.structure(("refined_operator", float(self.size)), lambda _: build())
 
     def fit_mesh(self, mesh: Mesh) -> None:
         """Fit the model's mesh-dependent state (a patched model's partition) on the refined

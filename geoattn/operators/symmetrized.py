@@ -55,8 +55,8 @@ class SymmetrizedOperator(WrappedOperator):
         """The batch of the images of ``mesh`` (image ``i`` of every graph, for ``i`` in order),
         kept in the mesh's memo."""
         keys = tuple(value_key(g) for g in self.isometries)
-        return mesh.cached(("symmetrized_images", keys), lambda: Mesh.batch(
-            [m.moved(g) for g in self.isometries for m in mesh.graphs()]))
+        return mesh.structure(("symmetrized_images", keys), lambda m: Mesh.batch(
+            [g_m.moved(g) for g in self.isometries for g_m in m.graphs()]))
 
     def forward(self, x: torch.Tensor, mesh: Mesh, *, query: Mesh | None = None) -> torch.Tensor:
         k = len(self.isometries)

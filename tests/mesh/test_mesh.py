@@ -47,18 +47,45 @@ def test_a_pyg_batch_splits_into_member_meshes_with_their_cells():
     assert torch.equal(g2.pos, d2.pos) and torch.equal(g2.cells, d2.cells) and torch.equal(g1.weight, d1.weight)
 
 
-def test_memo_builds_once_and_a_batch_reuses_its_members_structure():
+def test_structure_builds_once_and_a_batch_joins_its_members_structure():
     a, b = _mesh(4), _mesh(5)
     builds = []
 
     def build(mesh):
         builds.append(mesh)
-        return mesh.num_nodes
+        return torch.arange(mesh.num_nodes)
 
-    assert Mesh.batch([a, b]).per_graph("size", build) == [a.num_nodes, b.num_nodes]
-    assert Mesh.batch([b, a]).per_graph("size", build) == [b.num_nodes, a.num_nodes]
+    def join(batch, parts):  # node indices of the batch: each member's, shifted by its offset
+        return torch.cat([p + o for p, o in zip(parts, batch.layout.offsets)])
+
+    ab = Mesh.batch([a, b])
+    assert torch.equal(ab.structure(("nodes",), build, join), torch.arange(ab.num_nodes))
+    assert torch.equal(Mesh.batch([b, a]).structure(("nodes",), build, join), torch.arange(ab.num_nodes))
     assert builds == [a, b]  # each member built once, over two batches
-    assert a.cached("k", lambda: 1) == 1 and a.cached("k", lambda: 2) == 1
+    assert ab.structure(("nodes",), build, join) is ab.memo[("nodes",)]
+    assert ab.structure(("whole",), build).shape == (ab.num_nodes,) and builds[-1] is ab  # no join: on the batch
+    assert a.structure(("k", 1), lambda m: 1) == 1 and a.structure(("k", 1), lambda m: 2) == 1
+
+
+def test_structure_keys_are_plain_host_values():
+    a = _mesh(4)
+    for bad in (("graph", a), ("graph", torch.ones(1)), ("graph", object())):
+        with pytest.raises(TypeError, match="plain host values"):
+            a.structure(bad, lambda m: 0)
+    iso = dihedral(4, center=(0.5, 0.5))[1]
+    assert a.moved(iso) is a.moved(type(iso)(iso.matrix, iso.center, "another label"))
+
+
+def test_memo_bytes_and_clear_structure():
+    a, b = _mesh(4), _mesh(5)
+    ab = Mesh.batch([a, b])
+    assert ab.memo_bytes() == 0
+    ab.structure(("nodes",), lambda m: torch.zeros(m.num_nodes, dtype=torch.float64),
+                 lambda batch, parts: torch.cat(parts))
+    assert ab.memo_bytes() == 2 * 8 * ab.num_nodes  # the joined tensor and the members' parts
+    ab.checked = True
+    ab.clear_structure()
+    assert ab.memo_bytes() == 0 and not a.memo and not ab.checked
 
 
 def test_to_returns_the_same_moved_mesh_each_time():
