@@ -419,10 +419,3 @@ def _refine_one(mesh: Mesh, size: float) -> tuple[Mesh, torch.Tensor]:
 def _shape(t) -> str:
     return f"shape {tuple(t.shape)}" if torch.is_tensor(t) else type(t).__name__
 
-
-def __getattr__(name: str):  # transitional: the former bridge lives in geoattn.compat
-    if name == "tensor_identity":
-        from .. import compat
-
-        return getattr(compat, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

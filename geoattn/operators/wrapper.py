@@ -29,14 +29,6 @@ def fit_model_mesh(model: torch.nn.Module, mesh: Mesh) -> None:
         fit(mesh)
 
 
-def __getattr__(name: str):  # transitional: the former bridge lives in geoattn.compat
-    if name in ("call_inner", "takes_mesh"):
-        from .. import compat
-
-        return getattr(compat, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 class WrappedOperator(MeshOperator):
     """An operator around ``self.op``: ``in_channels``, ``out_channels``, ``dim`` and
     :meth:`check_inputs` are those of the wrapped model (a
