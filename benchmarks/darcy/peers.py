@@ -196,7 +196,7 @@ class GridFNO(NeuralOperator):
         """Every graph interpolated to the grid with its own mesh's operators (kept in its memo),
         one FNO call on the stacked grids, each output read at its nodes."""
         s = self.grid
-        ops = mesh.per_graph(("grid_fno", s, self.domain), self._operators)
+        ops = [m.structure(("grid_fno", s, self.domain), self._operators) for m in mesh.graphs()]
         xs = x.split(list(mesh.layout.counts))
         grids = []
         for xg, (to_grid, _, mask) in zip(xs, ops):

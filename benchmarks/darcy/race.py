@@ -162,12 +162,13 @@ class CoarsenedInputs:
             raise ValueError(f"fraction must be in [0, 1], got {fraction!r}")
         if not 0.0 < least <= 1.0:
             raise ValueError(f"least must be in (0, 1], got {least!r}")
-        self.fraction, self.least, self.pool = float(fraction), float(least), int(pool)
+        self.fraction, self.least, self.pool, self.seed = float(fraction), float(least), int(pool), int(seed)
         self.rng = np.random.default_rng(seed)
 
     def subsets(self, mesh) -> list:
         """The pool of interpolation stencils of ``mesh`` (one graph), kept in its memo."""
-        return mesh.cached(("coarsened_inputs", id(self)), lambda: self._pool(mesh.pos))
+        key = ("coarsened_inputs", self.fraction, self.least, self.pool, self.seed)
+        return mesh.structure(key, lambda m: self._pool(m.pos))
 
     def _pool(self, pos: torch.Tensor) -> list:
         p = pos.detach().to("cpu", torch.float64)

@@ -84,7 +84,7 @@ class MeshStore(Sequence):
             while len(self._used) > self.keep:
                 old, _ = self._used.popitem(last=False)
                 if self._meshes[old] is not None:
-                    self._meshes[old].memo.clear()
+                    self._meshes[old].clear_structure()
 
     def batch(self, ids: Iterable[int], device: torch.device | str | None = None) -> Mesh:
         """The batch :class:`~geoattn.mesh.Mesh` of meshes ``ids`` (one per sample, in order) on

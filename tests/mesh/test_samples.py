@@ -63,10 +63,10 @@ def test_mesh_store_bounds_the_structure_it_keeps(bases):
 
     store = MeshStore(3, load=load, keep=2)
     for k in range(3):
-        store[k].memo["structure"] = k
+        store[k].structure(("structure",), lambda m, k=k: k)
     assert loads == [0, 1, 2]  # each mesh made once
-    assert store[2].memo["structure"] == 2 and store[1].memo["structure"] == 1
-    assert "structure" not in store[0].memo  # the least recently used: its memo cleared
+    assert store[2].memo[("structure",)] == 2 and store[1].memo[("structure",)] == 1
+    assert ("structure",) not in store[0].memo  # the least recently used: its memo cleared
     assert loads == [0, 1, 2]  # its nodes kept: not read again
     with pytest.raises(IndexError, match="holds 3 meshes"):
         store[3]
@@ -98,7 +98,7 @@ class _Counting(NeuralOperator):
             _Counting.builds += 1
             return m.pos[:, :1].clone()
 
-        feature = torch.cat(mesh.per_graph("counting", build))
+        feature = mesh.structure(("counting",), build, join=lambda batch, parts: torch.cat(parts))
         return self.scale * x + feature
 
 
