@@ -1,8 +1,9 @@
 """geoattn: mesh-agnostic neural operators with quadrature-weighted attention.
 
-Functions live on unstructured meshes and point clouds as ``(pos, weight, values)``; every sum
-over nodes is a quadrature with the weights, so models discretise one continuum operator and keep
-their accuracy when the mesh changes.
+A function on an unstructured mesh or a point cloud is ``(x, mesh)``: values ``x [N, C]`` at the
+nodes of a :class:`geoattn.mesh.Mesh` (nodes, quadrature weights, cells); every sum over nodes is a
+quadrature with the weights, so a model, called ``model(x, mesh)``, discretises one continuum
+operator and keeps its accuracy when the mesh changes.
 """
 
 __version__ = "0.1.0"

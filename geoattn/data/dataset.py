@@ -156,8 +156,8 @@ class DarcyDataset(FileDataset):
     the dataset holds the one :class:`~geoattn.mesh.Mesh` of its mesh in :attr:`meshes` (every
     sample names it: ``mesh_id = 0``), which the trainer hands the operator for every sample, with
     the structure operators derive from it kept from one call to the next. The HDF5
-    handle is opened per process, so the dataset works in a
-    :class:`torch_geometric.loader.DataLoader` with worker processes.
+    handle is opened per process, so the dataset works with the trainer's worker processes
+    (:class:`~geoattn.train.loader.MeshLoader`).
 
     Args:
         path (str or Path): the dataset file.

@@ -1,7 +1,10 @@
 """Meshes, point clouds and their quadrature weights.
 
-A discretised function is ``(pos, weight, values)``: :func:`from_meshio` / :func:`read_mesh`
-build a validated :class:`MeshData` sample with weights from any meshio mesh, and
+A discretised function is ``(x, mesh)``: values at the nodes of a :class:`Mesh` (nodes,
+quadrature weights, cells, batch layout and the structure derived from it), the value every model
+and loss takes. :func:`from_meshio` / :func:`read_mesh` build a validated :class:`MeshData` sample
+with weights from any meshio mesh (:meth:`Mesh.from_meshio` its :class:`Mesh`); a dataset's
+samples name their mesh (:func:`as_samples`, :class:`MeshSamples`); and
 :func:`quadrature_weights` computes weights for meshes and bare point clouds, and
 :mod:`~geoattn.mesh.symmetry` carries samples by the symmetries of their domain (:func:`augment`).
 

@@ -250,7 +250,9 @@ def check_run_folder(folder: str | Path | Sequence[str | Path], *, resume: bool 
 
 
 class Trainer:
-    """Fits a :class:`NormalizedOperator` to samples ``(x, pos, weight, y)``.
+    """Fits a :class:`NormalizedOperator` to samples ``x``, ``y`` on their meshes (a dataset whose
+    samples name their mesh, :func:`~geoattn.mesh.as_samples`: the model and the loss read each
+    batch's :class:`~geoattn.mesh.Mesh`).
 
     The loss is the mean over samples of the relative :math:`L^2(D)` error (or :math:`H^1(D)`
     with ``h1=True``) in physical units, after fitting the weighted normalisers on the training
