@@ -38,7 +38,7 @@ a perturbed copy; its size is fixed, ``--mesh-n`` does not change it). The coeff
 the same Gaussian random field preset on the domain's bounding box.
 
 neuralop's models enter through small adapters with the geoattn model interface
-``forward(x, pos, weight, batch)``:
+``forward(x, mesh)``:
 
 - ``neuralop-gino``: GINO reads the nodes directly (its input GNO averages over radius balls,
   the latent FNO runs on a regular grid, its output GNO answers at the nodes);

@@ -59,7 +59,7 @@ from timing import machine as describe_machine
 from problems.burgers import (BurgersData, FourierSeries, PeriodicGaussianRandomField, burgers_data,
                               nonuniform_samples, on_circle, uniform_samples)
 from problems.inverse import NOISE_LEVELS, InverseProblem, node_variance
-from geoattn.mesh import families
+from geoattn.mesh import Mesh, families
 from geoattn.models import GalerkinTransformer
 from geoattn.optional import progress, require
 from geoattn.train import NormalizedOperator, relative_l2
@@ -573,10 +573,9 @@ def collate_cross(samples) -> Batch:
 
 def cross_errors(op: torch.nn.Module, batch: Batch) -> torch.Tensor:
     """Per-sample relative L2 errors ``[B]`` on the query mesh (its weights)."""
-    pred = op(batch.x, batch.pos, batch.weight, batch.batch, pos_query=batch.pos_query,
-              batch_query=batch.pos_query_batch)
-    return relative_l2(pred, batch.y, batch.weight_query, batch.pos_query_batch, batch.num_graphs,
-                       reduction="none")
+    mesh = Mesh(batch.pos, batch.weight, batch=batch.batch)
+    query = Mesh(batch.pos_query, batch.weight_query, batch=batch.pos_query_batch)
+    return relative_l2(op(batch.x, mesh, query=query), batch.y, query, reduction="none")
 
 
 @torch.no_grad()

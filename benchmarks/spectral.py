@@ -57,7 +57,7 @@ def _cpu_ms(fn, repeat: int) -> float:
 
 def model_step(mesh_n: int, graphs: int, modes: int, repeat: int) -> dict:
     """CPU milliseconds of a ``mesh_fno`` training step on ``graphs`` copies of one mesh."""
-    from geoattn.mesh import families, from_meshio
+    from geoattn.mesh import Mesh, families, from_meshio
     from geoattn.models import build_model
 
     torch.manual_seed(0)
@@ -68,9 +68,11 @@ def model_step(mesh_n: int, graphs: int, modes: int, repeat: int) -> dict:
     x, y = torch.randn(len(pos), 1), torch.randn(len(pos), 1)
     model = build_model("mesh_fno", in_channels=1, out_channels=1, width=32, depth=3, modes=modes)
 
+    mesh = Mesh(pos, weight, batch=batch)
+
     def backward():
         model.zero_grad()
-        ((model(x, pos, weight, batch) - y).square() * weight[:, None]).sum().backward()
+        ((model(x, mesh) - y).square() * weight[:, None]).sum().backward()
 
     report = {"nodes": n, "graphs": graphs, "modes": modes,
               "forward_backward_ms": _cpu_ms(backward, repeat)}

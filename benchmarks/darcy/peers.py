@@ -2,7 +2,7 @@
 
 Every adapter is a :class:`geoattn.models.NeuralOperator`: neuralop's FNO through a regular grid
 (:class:`GridFNO`, ``forward(x, mesh)``: linear interpolation mesh -> grid -> mesh, the operators
-kept in each mesh's memo) and, with ``forward(x, pos, weight, batch)``, neuralop's GINO on the
+kept in each mesh's memo) and, reading each graph's nodes from the mesh, neuralop's GINO on the
 nodes (:class:`MeshGINO`) and NVIDIA PhysicsNeMo's Transolver on the nodes (:class:`Transolver`).
 None of them takes the quadrature weights.
 """
@@ -49,9 +49,9 @@ class _MeshAdapter(NeuralOperator):
     is measured).
     """
 
-    def forward(self, x, pos, weight, batch=None):
+    def forward(self, x, mesh):
         out = x.new_empty(x.shape[0], self.out_channels)
-        for xs, p, slices in _graphs(x, pos, batch):
+        for xs, p, slices in _graphs(x, mesh.pos, mesh.batch_vector):
             y = self.run(xs, p)  # [B, N, C_out]
             for k, sl in enumerate(slices):
                 out[sl] = y[k]
