@@ -48,7 +48,7 @@ from ..errors import ConfigError, DatasetFileError, FieldLengthError, GeoattnErr
 from ..locking import hold
 from ..mesh import MeshData
 from ..mesh.mesh import Mesh
-from ..mesh.samples import DEFAULT_KEEP, MeshStore
+from ..mesh.samples import DEFAULT_MAX_BYTES, MeshStore
 from ..mesh.io import cast_positions, from_meshio, read_meshio
 from ..mesh.validation import located, validate_sample
 from ..mesh.weights import cast_weights
@@ -299,7 +299,7 @@ class MeshDataset(FileDataset):
     Meshes are read once (checked against their CRC-32 and mesh hash, and validated): every
     sample names its mesh (``mesh_id``, the mesh's number in the file), and :attr:`meshes` holds
     one :class:`~geoattn.mesh.Mesh` per mesh, made on first use and kept, with the structure
-    operators derive from it, from one call to the next (bounded, see ``keep``); fields are read
+    operators derive from it, from one call to the next (bounded, see ``max_bytes``); fields are read
     one sample at a time and checked against their CRC-32. The HDF5 handle is opened per process, so the dataset works with
     worker processes.
 
@@ -314,8 +314,8 @@ class MeshDataset(FileDataset):
         verify (bool, optional): check each sample's checksum on read. (default: ``True``)
         cache (int, optional): meshes whose nodes a sample read keeps in memory (a worker's
             samples, and the source of :attr:`meshes`). (default: ``64``)
-        keep (int, optional): meshes whose derived structure :attr:`meshes` keeps
-            (:class:`~geoattn.mesh.MeshStore`). (default: ``4096``)
+        max_bytes (int, optional): bytes of derived structure :attr:`meshes` keeps
+            (:class:`~geoattn.mesh.MeshStore`). (default: 8 GiB)
 
     Attributes:
         x_names, y_names, param_names: the channel and parameter names.
@@ -326,7 +326,7 @@ class MeshDataset(FileDataset):
 
     def __init__(self, path: str | Path, split: str | None = None, *, params_as_channels: bool = False,
                  transform=None, dtype: torch.dtype | None = None, verify: bool = True, cache: int = 64,
-                 keep: int | None = DEFAULT_KEEP):
+                 max_bytes: int | None = DEFAULT_MAX_BYTES):
         self.path = Path(path)
         self.dtype = dtype or torch.get_default_dtype()
         self.verify, self.params_as_channels = verify, params_as_channels
@@ -355,7 +355,7 @@ class MeshDataset(FileDataset):
             count = len(fh["meshes"])
             self.attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in fh.attrs.items()}
         self.mesh = split or "all"
-        self.meshes = MeshStore(count, load=self._mesh, keep=keep)
+        self.meshes = MeshStore(count, load=self._mesh, max_bytes=max_bytes)
         super().__init__(None, transform, log=False)
 
     @property

@@ -18,6 +18,7 @@ the structure its meshes build.
 from __future__ import annotations
 
 import copy
+import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 
@@ -28,25 +29,34 @@ from .validation import located, validate_sample
 
 __all__ = ["MeshSamples", "MeshStore", "as_samples", "mesh_id_of"]
 
-#: meshes of one dataset whose derived structure is kept (the others' memos are cleared, least
-#: recently used first); their nodes, weights and cells are always kept
-DEFAULT_KEEP = 4096
+#: bytes of derived structure (the meshes' memos: device copies, graphs, restrictions, transform
+#: weights) a dataset's :class:`MeshStore` keeps before it forgets the least recently used
+DEFAULT_MAX_BYTES = 8 * 2**30
+
+log = logging.getLogger(__name__)
 
 
 class MeshStore(Sequence):
     """The meshes of a dataset, each one :class:`~geoattn.mesh.Mesh` made once: ``store[k]``.
 
+    A mesh's derived structure (its memo, :meth:`~geoattn.mesh.Mesh.structure`) is kept from one
+    call to the next, up to a bound: when the structure of the meshes used exceeds ``max_bytes``
+    (measured by :meth:`~geoattn.mesh.Mesh.memo_bytes` after each batch), or more than ``keep``
+    meshes hold structure, the least recently used mesh's structure is cleared
+    (:meth:`~geoattn.mesh.Mesh.clear_structure`; its nodes, weights and cells stay) and built
+    again when it comes back, which is logged once as a warning: a dataset of thousands of
+    meshes keeps bounded memory, and says when the bound costs time.
+
     Args:
         meshes: the meshes, or their number when ``load`` makes them.
         load: ``load(k)`` makes mesh ``k`` on first use (a lazily read dataset file).
-        keep: meshes whose derived structure (their memo: device copies, graphs, restrictions)
-            is kept; beyond it the least recently used mesh's memo is cleared, so that a
-            dataset of thousands of meshes keeps bounded memory (default :data:`DEFAULT_KEEP`;
-            ``None``: no bound). Its nodes, weights and cells stay.
+        max_bytes: bytes of derived structure kept (default :data:`DEFAULT_MAX_BYTES`; ``None``:
+            no bound).
+        keep: meshes whose structure is kept (default ``None``: no bound but ``max_bytes``).
     """
 
-    def __init__(self, meshes: Sequence[Mesh] | int, load: Callable[[int], Mesh] | None = None,
-                 keep: int | None = DEFAULT_KEEP):
+    def __init__(self, meshes: Sequence[Mesh] | int, load: Callable[[int], Mesh] | None = None, *,
+                 max_bytes: int | None = DEFAULT_MAX_BYTES, keep: int | None = None):
         if isinstance(meshes, int):
             if load is None:
                 raise TypeError("MeshStore(n) needs load=, the function that makes mesh k")
@@ -58,8 +68,13 @@ class MeshStore(Sequence):
                     raise TypeError(f"mesh {k} is a {type(m).__name__}, not a geoattn.mesh.Mesh")
         if keep is not None and keep < 1:
             raise ValueError(f"keep must be at least 1 (or None), got {keep!r}")
-        self._load, self.keep = load, keep
-        self._used: OrderedDict[int, None] = OrderedDict()
+        if max_bytes is not None and max_bytes < 0:
+            raise ValueError(f"max_bytes must be at least 0 (or None), got {max_bytes!r}")
+        self._load, self.keep, self.max_bytes = load, keep, max_bytes
+        self._used: OrderedDict[int, None] = OrderedDict()  # meshes that may hold structure, oldest first
+        self._bytes: dict[int, int] = {}  # their structure's bytes, as last measured
+        self._pending: set[int] = set()  # used since the last measurement
+        self._warned = False
 
     def __len__(self) -> int:
         return len(self._meshes)
@@ -74,29 +89,55 @@ class MeshStore(Sequence):
         mesh = self._meshes[k]
         if mesh is None:
             mesh = self._meshes[k] = self._load(k)
-        self._touch(k)
-        return mesh
-
-    def _touch(self, k: int) -> None:
         self._used[k] = None
         self._used.move_to_end(k)
-        if self.keep is not None:
-            while len(self._used) > self.keep:
-                old, _ = self._used.popitem(last=False)
-                if self._meshes[old] is not None:
-                    self._meshes[old].clear_structure()
+        self._pending.add(k)
+        return mesh
+
+    @property
+    def structure_bytes(self) -> int:
+        """Bytes of derived structure held by the meshes, as last measured."""
+        return sum(self._bytes.values())
+
+    def trim(self, protect: Iterable[int] = ()) -> None:
+        """Measure the structure of the meshes used since the last call and clear the least
+        recently used meshes' structure while the bounds are exceeded (never those of
+        ``protect``). :meth:`batch` calls it before each batch."""
+        for k in self._pending:
+            self._bytes[k] = self._meshes[k].memo_bytes()
+        self._pending.clear()
+        protect, total = set(protect), self.structure_bytes
+        for old in list(self._used):
+            over_bytes = self.max_bytes is not None and total > self.max_bytes
+            over_count = self.keep is not None and len(self._used) > self.keep
+            if not (over_bytes or over_count):
+                break
+            if old in protect:
+                continue
+            del self._used[old]
+            total -= self._bytes.pop(old, 0)
+            self._meshes[old].clear_structure()
+            if not self._warned:
+                self._warned = True
+                bound = f"max_bytes={self.max_bytes}" if over_bytes else f"keep={self.keep}"
+                log.warning("the derived structure of this dataset's %d meshes exceeds %s: the least recently "
+                            "used meshes' structure is cleared and built again when they come back (slower "
+                            "steps); raise the bound if memory allows", len(self), bound)
 
     def batch(self, ids: Iterable[int], device: torch.device | str | None = None) -> Mesh:
         """The batch :class:`~geoattn.mesh.Mesh` of meshes ``ids`` (one per sample, in order) on
         ``device``: each member moved once (kept in its memo) and the batch assembled there, so
-        its structure joins the members' (:meth:`~geoattn.mesh.Mesh.batch`)."""
-        ids = ids.tolist() if torch.is_tensor(ids) else list(ids)
+        its structure joins the members' (:meth:`~geoattn.mesh.Mesh.batch`). The store's bounds
+        are applied first (:meth:`trim`)."""
+        ids = ids.tolist() if torch.is_tensor(ids) else [int(k) for k in ids]
+        self.trim(protect=ids)
         members = [self[k] if device is None else self[k].to(device) for k in ids]
         return Mesh.batch(members)
 
     def __repr__(self) -> str:
         loaded = sum(m is not None for m in self._meshes)
-        return f"MeshStore({len(self)} meshes, {loaded} read, keep={self.keep})"
+        return (f"MeshStore({len(self)} meshes, {loaded} read, structure {self.structure_bytes} bytes, "
+                f"max_bytes={self.max_bytes}, keep={self.keep})")
 
 
 def mesh_id_of(samples: Sequence, i: int) -> int:

@@ -54,20 +54,32 @@ def test_slices_and_sums_keep_the_meshes(bases):
         MeshSamples([MeshData(x=torch.zeros(3, 1), mesh_id=7)], samples.meshes)
 
 
-def test_mesh_store_bounds_the_structure_it_keeps(bases):
+def test_mesh_store_bounds_the_structure_it_keeps(bases, caplog):
     loads = []
 
     def load(k):
         loads.append(k)
         return Mesh.from_sample(bases[k % 2])
 
-    store = MeshStore(3, load=load, keep=2)
+    def build(store, k):  # a batch of mesh k, and 800 bytes of structure built on it
+        store.batch([k]).structure(("structure",), lambda m: torch.zeros(100, dtype=torch.float64))
+
+    store = MeshStore(3, load=load, keep=2, max_bytes=None)
     for k in range(3):
-        store[k].structure(("structure",), lambda m, k=k: k)
+        build(store, k)
+    store.trim()
     assert loads == [0, 1, 2]  # each mesh made once
-    assert store[2].memo[("structure",)] == 2 and store[1].memo[("structure",)] == 1
-    assert ("structure",) not in store[0].memo  # the least recently used: its memo cleared
-    assert loads == [0, 1, 2]  # its nodes kept: not read again
+    assert [("structure",) in store[k].memo for k in (1, 2, 0)] == [True, True, False]
+    assert loads == [0, 1, 2]  # the evicted mesh's nodes are kept: not read again
+    # by bytes: two meshes' structure fits in 2000 bytes, three do not; the bound is logged once
+    store = MeshStore(3, load=load, max_bytes=2000)
+    with caplog.at_level("WARNING", logger="geoattn.mesh.samples"):
+        for k in (0, 1, 2, 0, 1):
+            build(store, k)
+        store.trim()
+    assert store.structure_bytes <= 2000
+    assert sum("exceeds max_bytes=2000" in r.message for r in caplog.records) == 1
+    assert [("structure",) in store[k].memo for k in (0, 1, 2)] == [True, True, False]
     with pytest.raises(IndexError, match="holds 3 meshes"):
         store[3]
     with pytest.raises(ValueError, match="keep"):
