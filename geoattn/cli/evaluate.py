@@ -11,12 +11,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import ConfigError
-from ..eval import cross_mesh_report, plot_errors, split_report
-from ..optional import require
-from ..train import load_trained
-from ..train.checkpoint import atomic_path, check_writable
-from ..train.trainer import resolve_device
-from .train import add_device_arg, check_setting
+from .options import Once
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
@@ -32,8 +27,10 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--first", type=int, help="score only the first N samples, N >= 1 (default: all)")
     parser.add_argument("--skip", type=int, default=0,
                         help="skip the first N samples, N >= 0 (e.g. training ones; default: 0)")
-    parser.add_argument("--out", help="folder for crossmesh.csv and errors.png (default: print only)")
-    add_device_arg(parser, "auto")
+    parser.add_argument("--out", action=Once, help="folder for the tables (crossmesh.csv; sets.csv and files.csv "
+                        "for a `geoattn import` file) and the figure errors.png (default: print only)")
+    parser.add_argument("--device", default="auto", action=Once,
+                        help="cpu, cuda, cuda:N or auto: CUDA when available, else the CPU (default: auto)")
 
 
 def _mesh_names(text: str | None) -> list[str] | None:
@@ -48,6 +45,8 @@ def _mesh_names(text: str | None) -> list[str] | None:
 def _score_sets(args: argparse.Namespace, op, first: int | None, skip: int, out) -> int:
     """The report of the named sets of one version-2 dataset file."""
     from ..data.meshdataset import MeshDataset
+    from ..eval import split_report
+    from ..train.checkpoint import atomic_path
     from .train import read_fields
 
     if len(args.data) != 1 or args.meshes is not None:
@@ -55,7 +54,7 @@ def _score_sets(args: argparse.Namespace, op, first: int | None, skip: int, out)
                           "sets with --sets, not --meshes")
     path = args.data[0]
     full = MeshDataset(path, params_as_channels=True)
-    stored = read_fields(args.checkpoint)
+    stored = read_fields(args.checkpoint, op)
     given = {"x": full.x_names, "y": full.y_names, "params": full.param_names}
     if stored is not None and stored != given:
         raise ConfigError(f"{args.checkpoint} was trained on fields {stored}, but {path} holds {given}")
@@ -84,6 +83,12 @@ def _score_sets(args: argparse.Namespace, op, first: int | None, skip: int, out)
 def run(args: argparse.Namespace) -> int:
     from ..data.dataset import DarcyDataset, open_dataset_file
     from ..data.meshdataset import MESH_FORMAT_VERSION, dataset_version
+    from ..eval import cross_mesh_report, plot_errors
+    from ..optional import require
+    from ..train import load_trained
+    from ..train.checkpoint import atomic_path, check_writable
+    from ..train.trainer import resolve_device
+    from .train import check_setting
 
     first = None if args.first is None else check_setting("--first", args.first, int, 1)
     skip = check_setting("--skip", args.skip, int, 0)

@@ -34,6 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
+from .options import NameList, add_reader_args, reader_options
+from .options import names as option_names
 
 INTERRUPTED = "; run the same command again to resume"
 TABLES = ("params.csv", "params.json")
@@ -41,9 +43,12 @@ TABLES = ("params.csv", "params.json")
 
 def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="PATH", help="mesh files, folders or glob patterns")
-    parser.add_argument("--x", required=True, help="input point field(s), comma-separated")
-    parser.add_argument("--y", required=True, help="target point field(s), comma-separated")
-    parser.add_argument("--params", help="global parameter(s) per file, comma-separated")
+    parser.add_argument("--x", required=True, action=NameList,
+                        help="input point field(s), comma-separated (a repeated flag appends)")
+    parser.add_argument("--y", required=True, action=NameList,
+                        help="target point field(s), comma-separated (a repeated flag appends)")
+    parser.add_argument("--params", action=NameList,
+                        help="global parameter(s) per file, comma-separated (a repeated flag appends)")
     parser.add_argument("--params-file", help="CSV or JSON table of the parameters, one row per file name "
                         "(default: a params.csv or params.json beside the files)")
     parser.add_argument("--out", required=True, help="the dataset file to write (.h5)")
@@ -52,23 +57,14 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the split's shuffle (default: %(default)s)")
     parser.add_argument("--test", action="append", default=[], metavar="NAME=GLOB",
                         help="a named test set: the files matching GLOB (repeat for several sets)")
-    parser.add_argument("--merge-duplicates", type=float, metavar="TOL",
-                        help="merge nodes closer than TOL before validation")
-    parser.add_argument("--reorient", action="store_true", default=None,
-                        help="reverse negatively oriented cells instead of refusing them")
-    parser.add_argument("--cell-block", metavar="NAME|INDEX", help="the cell block to read")
+    add_reader_args(parser)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
     parser.add_argument("--no-progress", action="store_true")
 
 
-def names(text: str | None, flag: str) -> list[str]:
-    """Comma-separated names, each once (``[]`` for ``None``)."""
-    if text is None:
-        return []
-    out = [n.strip() for n in text.split(",")]
-    if not all(out) or len(set(out)) != len(out):
-        raise ConfigError(f"{flag} must list distinct names separated by commas, got {text!r}")
-    return out
+def names(text: list[str] | str | None, flag: str) -> list[str]:
+    """Comma-separated names, each once (``[]`` for ``None``); see :func:`geoattn.cli.options.names`."""
+    return option_names(text, flag)
 
 
 def _is_mesh_file(path: Path) -> bool:
@@ -188,22 +184,8 @@ def splits(files: list[Path], tests: list[str], fractions: str | None, seed: int
 
 
 def options(args: argparse.Namespace) -> dict:
-    """The mesh reader's options given on the command line; one the reader lacks is refused."""
-    from ..data.meshdataset import reader_options
-
-    cell_block = args.cell_block
-    if cell_block is not None and cell_block.strip().lstrip("-").isdigit():
-        cell_block = int(cell_block)
-    given = {"merge_duplicates": args.merge_duplicates, "reorient": args.reorient, "cell_block": cell_block}
-    given = {k: v for k, v in given.items() if v is not None}
-    known = reader_options()
-    missing = [k for k in given if k not in known]
-    if missing:
-        flags = ", ".join("--" + k.replace("_", "-") for k in missing)
-        raise ConfigError(f"this geoattn's mesh reader has no option {flags}")
-    if "merge_duplicates" in given and not given["merge_duplicates"] >= 0:
-        raise ConfigError(f"--merge-duplicates must be a number >= 0, got {args.merge_duplicates}")
-    return given
+    """The mesh reader's options given on the command line (:func:`geoattn.cli.options.reader_options`)."""
+    return reader_options(args)
 
 
 def run(args: argparse.Namespace) -> int:

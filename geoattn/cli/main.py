@@ -2,7 +2,9 @@
 
 Each subcommand module exposes ``add_args(parser)`` and ``run(args) -> int``, and imports what
 needs an optional extra (data, plots) in ``run``, so that every command's help and ``geoattn info``
-work with the core dependencies. Library code raises; only this function turns errors into an
+work with the core dependencies. Only the module of the command named on the command line is
+imported (``geoattn --help`` imports none, and so no torch); help texts are printed as written
+(:class:`argparse.RawDescriptionHelpFormatter`), with Sphinx roles shown as plain names. Library code raises; only this function turns errors into an
 exit code and a one-line message: every error geoattn raises on purpose
 (:class:`~geoattn.errors.GeoattnError`), a missing extra, a file-system error, a bad value and a
 bad command line alike exit with code 2 and one line on stderr, ``geoattn COMMAND: error: ...``;
@@ -23,25 +25,44 @@ way (130) and leaves the signal handlers as they are.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
+import re
 import sys
 import traceback
 
 from .. import __version__
 from ..errors import ConfigError, GeoattnError
 from ..optional import MissingDependencyError
-from . import demo, evaluate, generate, importer, info, predict, train
 from .entry import name_command, report
 
+#: each command: (its module in geoattn.cli, imported only when the command runs; one line of help)
 COMMANDS = {
-    "demo": (demo, "run the main demonstration"),
-    "info": (info, "read, validate and summarise a mesh file"),
-    "generate": (generate, "generate a multi-mesh Darcy dataset file (resumable)"),
-    "import": (importer, "build a dataset file from your own simulation mesh files (resumable)"),
-    "train": (train, "train a neural operator on a dataset file (resumable)"),
-    "evaluate": (evaluate, "score a checkpoint on every mesh of a dataset file"),
-    "predict": (predict, "run a checkpoint on a mesh file and write the prediction"),
+    "demo": ("demo", "run the main demonstration"),
+    "info": ("info", "read, validate and summarise a mesh file"),
+    "generate": ("generate", "generate a multi-mesh Darcy dataset file (resumable)"),
+    "import": ("importer", "build a dataset file from your own simulation mesh files (resumable)"),
+    "train": ("train", "train a neural operator on a dataset file (resumable)"),
+    "evaluate": ("evaluate", "score a checkpoint on every mesh, or every test set, of a dataset file"),
+    "predict": ("predict", "run a checkpoint on mesh files (files, folders, globs); write the predictions"),
 }
+
+
+def command_module(name: str):
+    """The module of the command ``name`` (imported now)."""
+    return importlib.import_module(f".{COMMANDS[name][0]}", __package__)
+
+
+_ROLE = re.compile(r":(?:[a-z]+:)?[a-z]+:`~?([^`<]*?)(?:\s*<[^>]*>)?`")
+
+
+def plain(text: str | None) -> str | None:
+    """A docstring as help text: Sphinx roles (``:func:`~a.b``) shown as their names, ````code````
+    as ``code``, and the ``::`` that opens a literal block as ``:``."""
+    if text is None:
+        return None
+    text = _ROLE.sub(lambda m: m.group(1).rsplit(".", 1)[-1] if m.group(0).count("~") else m.group(1), text)
+    return text.replace("``", "`").replace("::\n", ":\n")
 
 #: the failures answered with a one-line message (exit code 2) rather than a traceback
 EXPECTED = (GeoattnError, MissingDependencyError, OSError, ValueError)
@@ -57,16 +78,35 @@ class ArgumentParser(argparse.ArgumentParser):
         raise err
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_word(argv: list[str]) -> str | None:
+    """The command named in ``argv`` (its first word that is not an option), or ``None``."""
+    for word in argv:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The ``geoattn`` parser. With ``argv``, only the command it names gets its arguments (and
+    its module is imported); without, every command does."""
     parser = ArgumentParser(
-        prog="geoattn", description="Mesh-agnostic neural operators with quadrature-weighted attention."
+        prog="geoattn", description="Mesh-agnostic neural operators with quadrature-weighted attention.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"geoattn {__version__}")
     verbose = {"action": "store_true", "help": "log progress details, and show the traceback of an error"}
     parser.add_argument("-v", "--verbose", **verbose)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=module.__doc__)
+    wanted = list(COMMANDS) if argv is None else [_command_word(argv)]
+    for name, (_, help_text) in COMMANDS.items():
+        if name not in wanted:
+            sub.add_parser(name, help=help_text)  # listed in the help; its module is not imported
+            continue
+        module = command_module(name)
+        p = sub.add_parser(name, help=help_text, description=plain(module.__doc__),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         p.add_argument("-v", "--verbose", default=argparse.SUPPRESS, **verbose)  # after the command too
         module.add_args(p)
         p.set_defaults(run=module.run)
@@ -82,7 +122,8 @@ def _fail(prog: str, err: BaseException, verbose: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     try:
         args = parser.parse_args(argv)
     except ConfigError as err:
@@ -99,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     except EXPECTED as err:
         return _fail(prog, err, args.verbose)
     except KeyboardInterrupt as err:  # Ctrl-C, or a Stopped from the console script's handlers
-        return report(prog, err, getattr(COMMANDS[args.command][0], "INTERRUPTED", ""))
+        return report(prog, err, getattr(command_module(args.command), "INTERRUPTED", ""))
 
 
 if __name__ == "__main__":  # pragma: no cover

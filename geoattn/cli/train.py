@@ -4,8 +4,9 @@ A dataset file from ``geoattn import`` (format version 2: per-sample meshes, nam
 global parameters) trains on its ``train`` split and validates on its ``val`` split (or, when
 that is empty, on the last ``--val-fraction`` of the training samples); the model's
 ``in_channels`` are its input fields plus its global parameters, appended as constant channels,
-and ``out_channels`` its target fields. The names go to ``OUT/fields.json``, where ``geoattn
-evaluate`` and ``predict`` read them.
+and ``out_channels`` its target fields. The names are stored in every checkpoint (with the
+coordinate frame and the training settings), where ``geoattn evaluate``, ``predict`` and
+:func:`~geoattn.train.load_operator` read them: a ``best.pt`` copied alone is enough.
 
 Model and training settings come from flags or a TOML file (flags win)::
 
@@ -61,7 +62,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import inspect
-import json
 import math
 import os
 import sys
@@ -94,7 +94,7 @@ MODEL_FLAGS = ("width", "depth", "num_heads")
 #: constructor arguments that come from the dataset, never from the settings
 DATA_ARGUMENTS = ("in_channels", "out_channels", "dim")
 SEEDS = 2**32
-#: the file beside the checkpoints that names the fields of a version-2 dataset
+#: the file beside the checkpoints of older runs that named the fields of a version-2 dataset
 FIELDS = "fields.json"
 #: said after ``geoattn train: interrupted by SIGINT`` (:func:`geoattn.cli.main.main`)
 INTERRUPTED = "; run the same command with --resume to continue from the last completed epoch"
@@ -336,31 +336,34 @@ def _split_data(args: argparse.Namespace, supersample: float | None, val_fractio
 
 
 def _write_fields(out: Path, dataset) -> None:
-    """``OUT/fields.json``: the input, target and parameter names of a version-2 dataset, which
-    ``geoattn predict`` reads back; removed for a dataset without names."""
-    path = out / FIELDS
+    """Remove an ``OUT/fields.json`` of an earlier run: the names now travel in the checkpoints
+    (:func:`field_names`), and a stale file beside them would contradict them."""
+    if int(os.environ.get("RANK", "0")) == 0:
+        (out / FIELDS).unlink(missing_ok=True)
+
+
+def field_names(dataset) -> dict | None:
+    """The input, target and parameter names of a version-2 dataset (``None`` for a dataset
+    without names), as a checkpoint stores them (``NormalizedOperator.fields``)."""
     names = getattr(dataset, "x_names", None)
-    if int(os.environ.get("RANK", "0")) != 0:
-        return
     if names is None:
-        path.unlink(missing_ok=True)
-        return
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps({"x": names, "y": dataset.y_names, "params": dataset.param_names}))
+        return None
+    return {"x": list(names), "y": list(dataset.y_names), "params": list(dataset.param_names)}
 
 
-def read_fields(checkpoint: str | Path) -> dict | None:
-    """The names :func:`_write_fields` stored beside ``checkpoint`` (a file, or a folder of
-    ensemble members), or ``None``."""
-    checkpoint = Path(checkpoint)
-    folder = checkpoint if checkpoint.is_dir() else checkpoint.parent
-    for where in (folder, folder.parent):
-        if (where / FIELDS).is_file():
-            try:
-                return json.loads((where / FIELDS).read_text())
-            except (OSError, ValueError) as err:
-                raise ConfigError(f"cannot read {where / FIELDS}: {err}") from err
-    return None
+def read_fields(checkpoint: str | Path, operator=None) -> dict | None:
+    """The field names a trained model knows: those stored in ``operator`` (loaded from
+    ``checkpoint``; :func:`~geoattn.train.checkpoint.trained_fields`), else those of a
+    ``fields.json`` beside ``checkpoint`` that an older ``geoattn train`` wrote, else ``None``."""
+    from ..train.checkpoint import fields_beside, trained_fields
+
+    stored = None if operator is None else trained_fields(operator)
+    if stored is not None:
+        return stored
+    try:
+        return fields_beside(checkpoint)
+    except CheckpointError as err:
+        raise ConfigError(str(err)) from err
 
 
 def _locked(out: Path, folders: list[Path]) -> contextlib.ExitStack:
@@ -400,6 +403,7 @@ def _train_one(args: argparse.Namespace, dataset, train, val, group, name: str, 
     if latent is not None:
         model = LatentMeshOperator(model, latent)
     op = NormalizedOperator(model, unweighted=args.unweighted)
+    op.fields = field_names(dataset)  # saved in every checkpoint
     trainer = Trainer(op, out, progress=not args.no_progress, tensorboard=args.tensorboard,
                       workers=args.workers, overwrite=args.overwrite, **train_kw)
     if state is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import meshio
+import numpy as np
 import torch
 
 from ..errors import ChannelError, NonFiniteOutputError
@@ -16,7 +17,7 @@ from ..mesh.validation import located, validate_field, validate_points, validate
 @torch.no_grad()
 def predict_meshio(operator: torch.nn.Module, mesh: meshio.Mesh, fields: str | Sequence[str],
                    name: str | Sequence[str] = "prediction", *,
-                   params: Sequence[float] | None = None) -> meshio.Mesh:
+                   params: Sequence[float] | None = None, **reader) -> meshio.Mesh:
     """Predict on any mesh meshio reads and return it with the prediction added as point data.
 
     The mesh is validated and given lumped quadrature weights by
@@ -39,6 +40,10 @@ def predict_meshio(operator: torch.nn.Module, mesh: meshio.Mesh, fields: str | S
         name: name of the output point field (default ``"prediction"``), or one name per output
             channel.
         params: global parameter values appended to the inputs as constant channels.
+        **reader: options of :func:`~geoattn.mesh.from_meshio` (``merge_duplicates``,
+            ``reorient``, ``cell_block``). After a merge the prediction of a merged node is
+            returned at each of the file's copies of it, so the mesh keeps the nodes it was
+            written with.
 
     Returns:
         a new :class:`meshio.Mesh` with the same points, cells and fields as ``mesh``, plus the
@@ -49,8 +54,8 @@ def predict_meshio(operator: torch.nn.Module, mesh: meshio.Mesh, fields: str | S
     dtype = next(operator.parameters()).dtype
     device = next(operator.parameters()).device
     frame = getattr(operator, "frame", {})  # the frame the training meshes were read in
-    data = from_meshio(mesh, x=fields, dtype=dtype, **frame)
-    n, label = len(mesh.points), "+".join([fields] if isinstance(fields, str) else fields)
+    data = from_meshio(mesh, x=fields, dtype=dtype, **frame, **reader)
+    n, label = data.pos.shape[0], "+".join([fields] if isinstance(fields, str) else fields)
     if params is not None and len(params):
         values = torch.as_tensor(list(params), dtype=dtype)
         data.x = torch.cat([data.x, values.expand(n, -1)], dim=1)  # [N, C_in + P]
@@ -70,6 +75,8 @@ def predict_meshio(operator: torch.nn.Module, mesh: meshio.Mesh, fields: str | S
             f"{data.x.max():.3g}] and the coordinates [{data.pos.min():.3g}, {data.pos.max():.3g}]: "
             "far outside what the model was trained on?")
     values = prediction.cpu().numpy().reshape(n, -1)  # [N, C_out]
+    if n != len(mesh.points):  # merged: back to the file's nodes
+        values = values[_merged_index(mesh, reader.get("merge_duplicates"))]  # [N_file, C_out]
     names = [name] if isinstance(name, str) else list(name)
     if len(names) == 1:
         out = {names[0]: values[:, 0] if values.shape[1] == 1 else values}  # [N] or [N, C_out]
@@ -79,4 +86,16 @@ def predict_meshio(operator: torch.nn.Module, mesh: meshio.Mesh, fields: str | S
         raise ChannelError(f"{len(names)} output names {names} for the model's {values.shape[1]} output "
                            "channels; give one name, or one per channel")
     return meshio.Mesh(mesh.points, mesh.cells, cell_data=mesh.cell_data,
-                       point_data={**mesh.point_data, **out})
+                       point_data={**mesh.point_data, **out}, field_data=mesh.field_data)
+
+
+def _merged_index(mesh: meshio.Mesh, tol) -> np.ndarray:
+    """The node of the merged mesh (:func:`~geoattn.mesh.merge_nodes`, by the same rule as
+    :func:`~geoattn.mesh.from_meshio`) that each node of ``mesh`` became: ``[N_file]``."""
+    from scipy.spatial import cKDTree
+
+    from ..mesh.io import MERGE_TOL, merge_nodes
+
+    points = np.asarray(mesh.points, dtype=np.float64)
+    merged, _, _, _ = merge_nodes(points, None, {}, MERGE_TOL if tol is True else tol)
+    return cKDTree(merged).query(points)[1]

@@ -12,7 +12,7 @@ import contextlib
 import io
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -152,7 +152,8 @@ MERGE_FIELD_TOL = 1e-6
 
 
 def merge_nodes(points: np.ndarray, cells: np.ndarray | None, point_data: Mapping[str, np.ndarray],
-                tol: float = MERGE_TOL, field_tol: float = MERGE_FIELD_TOL
+                tol: float = MERGE_TOL, field_tol: float = MERGE_FIELD_TOL, *,
+                checked: Collection[str] | None = None
                 ) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.ndarray], int]:
     """Merge nodes closer than ``tol`` times the bounding-box diagonal into one.
 
@@ -170,6 +171,8 @@ def merge_nodes(points: np.ndarray, cells: np.ndarray | None, point_data: Mappin
         tol: merge distance relative to the bounding-box diagonal of ``points``.
         field_tol: largest difference of a field within a cluster, relative to the field's
             largest magnitude (integer fields must agree exactly).
+        checked: the fields that must agree (default ``None``: all); another field that differs
+            at merged nodes is dropped from the result, with a logged note.
 
     Returns:
         ``(points [N', d], cells [M, V], point_data, merged)`` with ``merged = N - N'``.
@@ -208,15 +211,20 @@ def merge_nodes(points: np.ndarray, cells: np.ndarray | None, point_data: Mappin
     for name, values in point_data.items():
         values = np.asarray(values)
         validate_field(name, values, n)
+        leader = values[first[np.argsort(first)]][new]  # each node's cluster's first node's value
         if np.issubdtype(values.dtype, np.integer) or values.dtype == bool:
             kept = values[first[np.argsort(first)]]
-            differ = (values != kept[new]).reshape(n, -1).any(axis=1)
+            differ = (values != leader).reshape(n, -1).any(axis=1)
         else:
             kept = mean(values.astype(np.float64))
             scale = float(np.abs(values).max()) if values.size else 0.0
-            differ = (np.abs(values - kept[new]).reshape(n, -1).max(axis=1, initial=0.0)
-                      > field_tol * max(scale, 1e-300))
+            differ = (np.abs(values.astype(np.float64) - leader).reshape(n, -1).max(axis=1, initial=0.0)
+                      > field_tol * max(scale, 1e-300))  # against the first node: never "nodes 0 and 0"
             kept = kept.astype(values.dtype, copy=False)
+        if differ.any() and checked is not None and name not in checked:
+            log.info("merge_duplicates: point field %r differs at merged nodes (an element-wise field) and "
+                     "is not read: left out", name)
+            continue
         if differ.any():
             i = int(np.flatnonzero(differ)[0])
             j = int(first[np.argsort(first)][new[i]])
@@ -262,7 +270,9 @@ def from_meshio(mesh: meshio.Mesh, x: str | Sequence[str] | None = None,
             diagonal, into one (``True``: :data:`MERGE_TOL`; default ``None``: no merging, and
             coincident nodes raise :class:`~geoattn.errors.DuplicateNodeError`); see
             :func:`merge_nodes`. The number of nodes removed is logged and stored as
-            ``data.merged_nodes``.
+            ``data.merged_nodes``. When ``x`` or ``y`` is given only those fields must agree at
+            merged nodes; another point field that differs there (an element-wise gradient or
+            stress beside the solution) is left out of ``data.point_data``, with a logged note.
         cell_block: which cells to keep when the file has several blocks: a cell type name
             (``"triangle"``: every block of that type) or a block's index in ``mesh.cells``
             (default ``None``: the highest-dimensional blocks).
@@ -298,7 +308,8 @@ def from_meshio(mesh: meshio.Mesh, x: str | Sequence[str] | None = None,
         if cells is not None:
             validate_cells(cells, len(points), ctype)  # before renumbering them
         tol = MERGE_TOL if merge_duplicates is True else merge_duplicates
-        points, cells, point_data, merged = merge_nodes(points, cells, point_data, tol)
+        used = (set(_names(x)) | set(_names(y))) or None  # only the fields read must agree
+        points, cells, point_data, merged = merge_nodes(points, cells, point_data, tol, checked=used)
     pos = _spatial_points(points, CELL_TYPES[ctype].dim if ctype else None)
     n = pos.shape[0]
     frame = None

@@ -38,6 +38,10 @@ class NormalizedOperator(MeshOperator):
     predicts on in that frame, ``read_mesh(path, **operator.frame)``, so that the model sees
     it where it saw the training meshes. Checkpoints from before frames load with none.
 
+    The names of the fields it was trained on (:attr:`fields`, with :attr:`x_names`,
+    :attr:`y_names` and :attr:`param_names`) and the training settings (:attr:`settings`) travel
+    in its checkpoint too, so that a checkpoint copied alone says what it reads and predicts.
+
     Args:
         model: a :class:`~geoattn.models.NeuralOperator`.
         unweighted: feed the model node-average weights (default ``False``).
@@ -59,6 +63,11 @@ class NormalizedOperator(MeshOperator):
         # the frame (origin..., scale) of the training meshes as float64 bit patterns in int64, so
         # that casting the operator (.float(), .half()) leaves it exact; empty: no frame
         self.register_buffer("frame_bits", torch.zeros(0, dtype=torch.int64))
+        #: the names of the input fields, target fields and global parameters the model was trained
+        #: on (``{"x": [...], "y": [...], "params": [...]}``; ``None`` when unnamed), saved in checkpoints
+        self.fields: dict | None = None
+        #: the training settings stored with the checkpoint it was loaded from (``{}`` when none)
+        self.settings: dict = {}
 
     @property
     def frame(self) -> dict:
@@ -69,6 +78,21 @@ class NormalizedOperator(MeshOperator):
             return {}
         values = self.frame_bits.detach().cpu().view(torch.float64).tolist()
         return {"origin": values[:-1], "scale": values[-1]}
+
+    @property
+    def x_names(self) -> list[str] | None:
+        """The input point fields the model reads, in channel order (``None``: unnamed)."""
+        return None if self.fields is None else list(self.fields.get("x") or [])
+
+    @property
+    def y_names(self) -> list[str] | None:
+        """The target fields the model predicts, one per output channel (``None``: unnamed)."""
+        return None if self.fields is None else list(self.fields.get("y") or [])
+
+    @property
+    def param_names(self) -> list[str]:
+        """The global parameters appended to the inputs as constant channels, in order."""
+        return [] if self.fields is None else list(self.fields.get("params") or [])
 
     def record_frame(self, frame: tuple | None) -> None:
         """Keep ``frame`` (a sample's ``frame`` attribute: ``(origin, scale)``, or ``None``) as

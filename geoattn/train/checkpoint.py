@@ -47,6 +47,8 @@ VERSION = 2
 CHECKSUM = "checksum"
 _REQUIRED = ("format", "version", "model", "model_kwargs", "state_dict")
 #: entries that :class:`~geoattn.train.Trainer` adds to ``last.pt`` to resume a run
+#: the lists of names in a checkpoint's ``"fields"`` entry: inputs, targets, global parameters
+FIELD_KEYS = ("x", "y", "params")
 TRAINING_STATE = ("optimizer", "scheduler", "epoch", "best", "history")
 
 
@@ -84,7 +86,9 @@ def check_writable(path: str | Path, folder: bool = False) -> Path:
 
 
 def operator_payload(operator: NormalizedOperator) -> dict[str, Any]:
-    """The part of a checkpoint that rebuilds ``operator``: model name, arguments and weights, and
+    """The part of a checkpoint that rebuilds ``operator``: model name, arguments and weights (the
+    coordinate frame among them), the names of its fields when it has them (entry ``"fields"``:
+    ``{"x": [...], "y": [...], "params": [...]}``, from ``operator.fields``), and
     for a model trained through :class:`~geoattn.operators.RefinedOperator` its size (entry
     ``"resolve"``), and through :class:`~geoattn.operators.LatentMeshOperator` its latent mesh
     (entry ``"latent"``: ``pos``, ``weight``, ``cells``)."""
@@ -99,6 +103,9 @@ def operator_payload(operator: NormalizedOperator) -> dict[str, Any]:
     if not hasattr(model, "model_name"):
         raise TypeError("a checkpoint holds a registered model, inside at most a LatentMeshOperator around a "
                         f"RefinedOperator, got {type(operator.model).__name__} around {type(model).__name__}")
+    fields = getattr(operator, "fields", None)
+    if fields is not None:
+        extra["fields"] = {key: [str(n) for n in fields.get(key) or []] for key in FIELD_KEYS}
     return {"format": FORMAT, "version": VERSION, "model": model.model_name,
             "model_kwargs": dict(model.hparams), **extra,
             "unweighted": operator.unweighted, "state_dict": operator.state_dict()}
@@ -219,4 +226,50 @@ def load_operator(path: str | Path, map_location: str | torch.device = "cpu") ->
         operator.load_state_dict(payload["state_dict"])
     except (KeyError, TypeError, ValueError, RuntimeError) as err:
         raise CheckpointError(f"checkpoint {path} does not rebuild model {payload['model']!r}: {err}") from err
+    operator.fields = _fields(path, payload.get("fields"))
+    if operator.fields is None:  # written before checkpoints held the names: fields.json beside it
+        operator.fields = _fields(path, fields_beside(path))
+    operator.settings = dict(payload.get("trainer") or {})
     return operator.to(map_location).eval()
+
+
+#: the file beside the checkpoints of older runs that names the fields of a version-2 dataset
+FIELDS_FILE = "fields.json"
+
+
+def fields_beside(checkpoint: str | Path) -> dict | None:
+    """The names in a ``fields.json`` beside ``checkpoint`` (a file, or a folder of ensemble
+    members) or in the folder above, as ``geoattn train`` wrote them before checkpoints held them;
+    ``None`` when there is none."""
+    import json
+
+    checkpoint = Path(checkpoint)
+    folder = checkpoint if checkpoint.is_dir() else checkpoint.parent
+    for where in (folder, folder.parent):
+        if (where / FIELDS_FILE).is_file():
+            try:
+                return json.loads((where / FIELDS_FILE).read_text())
+            except (OSError, ValueError) as err:
+                raise CheckpointError(f"cannot read {where / FIELDS_FILE}: {err}") from err
+    return None
+
+
+def _fields(path: Path, fields: Any) -> dict | None:
+    if fields is None:
+        return None
+    if not isinstance(fields, dict) or not all(
+            isinstance(fields.get(k, []), list) and all(isinstance(n, str) for n in fields.get(k, []))
+            for k in FIELD_KEYS):
+        raise CheckpointError(f"checkpoint {path} is damaged: its field names are {fields!r}, not lists of names "
+                              f"under {list(FIELD_KEYS)}")
+    return {key: list(fields.get(key) or []) for key in FIELD_KEYS}
+
+
+def trained_fields(operator: torch.nn.Module) -> dict | None:
+    """The field names an operator from :func:`load_operator` (or an
+    :class:`~geoattn.operators.Ensemble` of them: its first member's) was trained on, or ``None``."""
+    fields = getattr(operator, "fields", None)
+    if fields is None and hasattr(operator, "members"):
+        members = list(operator.members)
+        fields = getattr(members[0], "fields", None) if members else None
+    return fields

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import shutil
 
 import h5py
 import meshio
@@ -13,7 +14,8 @@ from geoattn.cli.main import main
 from geoattn.data import MeshDataset
 from geoattn.data.meshdataset import reader_options
 from geoattn.mesh import read_mesh
-from geoattn.train import load_operator
+from geoattn.errors import ConfigError
+from geoattn.train import load_operator, save_checkpoint
 from simulation_files import plate_with_hole, simulation
 
 
@@ -67,7 +69,8 @@ def test_train_evaluate_and_predict_on_an_imported_dataset(imported, runs, tmp_p
     assert "split 'train'" in capsys.readouterr().out
     op = load_operator(run / "last.pt")
     assert op.model.hparams["in_channels"] == 2 and op.model.hparams["out_channels"] == 1  # kappa + load
-    assert json.loads((run / "fields.json").read_text()) == {"x": ["kappa"], "y": ["T"], "params": ["load"]}
+    assert op.fields == {"x": ["kappa"], "y": ["T"], "params": ["load"]} and not (run / "fields.json").exists()
+    assert (op.x_names, op.y_names, op.param_names) == (["kappa"], ["T"], ["load"]) and op.settings["epochs"] == 1
 
     assert main(["evaluate", str(run / "last.pt"), str(imported), "--out", str(tmp_path / "ev")]) == 0
     rows = [line.split()[0] for line in capsys.readouterr().out.splitlines()[2:] if not line.startswith("wrote")]
@@ -77,9 +80,15 @@ def test_train_evaluate_and_predict_on_an_imported_dataset(imported, runs, tmp_p
     assert main(["evaluate", str(run / "last.pt"), str(imported), "--sets", "val,fine"]) == 0
     assert [line.split()[0] for line in capsys.readouterr().out.splitlines()[2:]] == ["val", "fine"]
 
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(run / "best.pt", alone / "best.pt")  # the checkpoint needs nothing beside it
     src, dst = folder / "fine_1.vtu", tmp_path / "pred.vtu"
-    assert main(["predict", "--checkpoint", str(run / "last.pt"), "--mesh", str(src), "-o", str(dst)]) == 0
-    written = meshio.read(dst).point_data["T"]
+    assert main(["predict", "--checkpoint", str(alone / "best.pt"), "--mesh", str(src), "-o", str(dst)]) == 0
+    op = load_operator(alone / "best.pt")
+    out = meshio.read(dst)
+    np.testing.assert_array_equal(out.point_data["T"], meshio.read(src).point_data["T"])  # the reference kept
+    written = out.point_data["T_pred"]
     assert written.shape == (len(meshio.read(src).points),)  # one channel: [N], not [N, 1]
     data = read_mesh(src, x="kappa")
     x = torch.cat([data.x, torch.full_like(data.x, loads["fine_1.vtu"])], dim=1)
@@ -88,7 +97,78 @@ def test_train_evaluate_and_predict_on_an_imported_dataset(imported, runs, tmp_p
     np.testing.assert_allclose(written, expected.numpy(), rtol=1e-5, atol=1e-6)
     assert main(["predict", "--checkpoint", str(run / "last.pt"), "--mesh", str(src), "--param", "load=3",
                  "-o", str(tmp_path / "other.vtu")]) == 0
-    assert not np.allclose(meshio.read(tmp_path / "other.vtu").point_data["T"], written)
+    assert not np.allclose(meshio.read(tmp_path / "other.vtu").point_data["T_pred"], written)
+
+
+def test_a_checkpoint_with_its_names_in_fields_json_beside_it_still_predicts(imported, runs, tmp_path):
+    folder, _ = runs
+    run = tmp_path / "run"
+    assert main(["train", str(imported), "--out", str(run), "--epochs", "1", "--width", "8", "--depth", "1",
+                 "--batch-size", "2", "--no-progress"]) == 0
+    old = tmp_path / "old"
+    old.mkdir()
+    payload = torch.load(run / "best.pt", weights_only=True)
+    del payload["fields"]  # as written before checkpoints held the names
+    save_checkpoint(old / "best.pt", payload)
+    with pytest.raises(ConfigError, match="--field"):
+        run_predict(old / "best.pt", folder / "fine_1.vtu", tmp_path / "a.vtu")
+    (old / "fields.json").write_text(json.dumps({"x": ["kappa"], "y": ["T"], "params": ["load"]}))
+    assert load_operator(old / "best.pt").fields == {"x": ["kappa"], "y": ["T"], "params": ["load"]}
+    assert main(["predict", "--checkpoint", str(old / "best.pt"), "--mesh", str(folder / "fine_1.vtu"),
+                 "-o", str(tmp_path / "b.vtu")]) == 0
+    assert "T_pred" in meshio.read(tmp_path / "b.vtu").point_data
+
+
+def run_predict(checkpoint, mesh, out):
+    from geoattn.cli.main import build_parser
+
+    args = build_parser(["predict"]).parse_args(["predict", "--checkpoint", str(checkpoint), "--mesh", str(mesh),
+                                                 "-o", str(out)])
+    return args.run(args)
+
+
+def test_predict_reads_a_folder_in_one_call_with_the_import_reader_flags(imported, runs, tmp_path, capsys):
+    folder, loads = runs
+    run = tmp_path / "run"
+    assert main(["train", str(imported), "--out", str(run), "--epochs", "1", "--width", "8", "--depth", "1",
+                 "--batch-size", "2", "--no-progress"]) == 0
+    split = tmp_path / "split"
+    split.mkdir()
+    mesh = meshio.read(folder / "fine_1.vtu")
+    cells = mesh.cells_dict["triangle"]
+    points = mesh.points[cells].reshape(-1, 3)  # every cell's own vertices, as many solvers write
+    fields = {k: np.asarray(v)[cells].reshape(len(points), *np.shape(v)[1:]) for k, v in mesh.point_data.items()}
+    fields["grad"] = np.repeat(np.arange(len(cells), dtype=float), 3)  # element-wise: differs at shared nodes
+    flipped = np.arange(len(points)).reshape(-1, 3)[:, ::-1]  # every cell inverted
+    meshio.write(split / "solver.vtu", meshio.Mesh(points, [("triangle", flipped)], point_data=fields,
+                                                    field_data=mesh.field_data))
+    shutil.copy(folder / "fine_0.vtu", split / "fine_0.vtu")
+    (split / "params.csv").write_text(f"file,load\nsolver.vtu,{loads['fine_1.vtu']}\nfine_0.vtu,{loads['fine_0.vtu']}\n")
+    out = tmp_path / "pred"
+    assert main(["predict", "--checkpoint", str(run / "best.pt"), "--mesh", str(split), "--merge-duplicates",
+                 "1e-9", "--reorient", "-o", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["fine_0.vtu", "solver.vtu"]
+    merged = meshio.read(out / "solver.vtu").point_data["T_pred"]
+    plain = meshio.read(out / "fine_0.vtu").point_data["T_pred"]
+    assert np.isfinite(merged).all() and len(merged) == len(points) and np.isfinite(plain).all()
+    op = load_operator(run / "best.pt")
+    src = folder / "fine_1.vtu"
+    assert main(["predict", "--checkpoint", str(run / "best.pt"), "--mesh", str(src), "-o", str(tmp_path / "one.vtu")]) == 0
+    direct = meshio.read(tmp_path / "one.vtu").point_data["T_pred"]
+    np.testing.assert_allclose(merged, direct[cells].reshape(-1), rtol=1e-4, atol=1e-5)
+    del op
+
+
+def test_lists_of_names_are_comma_lists_appended_over_repeats_and_scalars_are_given_once(tmp_path, capsys):
+    from geoattn.cli.main import build_parser
+
+    args = build_parser(["predict"]).parse_args(["predict", "--checkpoint", "c.pt", "--mesh", "m.vtu", "-o", "o.vtu",
+                                                 "--field", "a,b", "--field", "c"])
+    assert args.field == ["a", "b", "c"]
+    assert main(["predict", "--checkpoint", "c.pt", "--mesh", "m.vtu", "-o", "o.vtu", "-o", "p.vtu"]) == 2
+    assert "given twice" in capsys.readouterr().err
+    assert main(["predict", "--checkpoint", "c.pt", "--mesh", "m.vtu", "-o", "o.vtu", "--field", "a,a"]) == 2
+    assert "twice" in capsys.readouterr().err
 
 
 def test_split_fractions_follow_the_seed(runs, tmp_path):
