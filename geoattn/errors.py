@@ -147,6 +147,11 @@ class TooLargeError(GeoattnError, MemoryError):
     message says how large it would be."""
 
 
+class DeviceError(GeoattnError, ValueError):
+    """Tensors that must be used together are on different devices (or on the ``meta`` device,
+    which holds no values); move them to one device first."""
+
+
 class FrameError(MeshError):
     """Samples of one model were read in different coordinate frames (``origin`` / ``scale`` of
     :func:`~geoattn.mesh.from_meshio`), so the model would see one domain at two places."""
@@ -186,4 +191,5 @@ __all__ = [
     "LockError",
     "TooLargeError",
     "FrameError",
+    "DeviceError",
 ]

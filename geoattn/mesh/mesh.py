@@ -26,6 +26,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from .validation import check_mesh_tensors
+
 __all__ = ["Layout", "Mesh", "value_key"]
 
 
@@ -79,6 +81,17 @@ class Mesh:
         cells: node indices of each cell ``[T, k]`` (optional).
         batch: graph index of each node ``[N]``, sorted (``None``: one graph). Prefer
             :meth:`batch` to assemble a batch from its members.
+        check: check the values (default): cells in range and not degenerate, the batch vector
+            sorted and non-negative (:func:`~geoattn.mesh.validation.check_mesh_tensors`,
+            ``O(N)`` with one host synchronisation). Devices and dtypes are always checked.
+            :meth:`batch`, :meth:`to` and :meth:`graphs` skip the values of meshes made from
+            checked ones.
+
+    A mesh checks itself once, when it is made; its tensors are its own from then on. An
+    in-place change of one of them (``mesh.pos.mul_(2)``, ``mesh.weight[0] = -1``; seen through
+    the tensors' version counters) is noticed on the next use: the values are checked again, the
+    checks' flags are reset and the memo of derived structure is emptied, so nothing built from
+    the old values is reused.
 
     Attributes:
         layout (Layout): nodes per graph, computed once.
@@ -98,7 +111,7 @@ class Mesh:
 
     def __init__(self, pos: torch.Tensor, weight: torch.Tensor, cells: torch.Tensor | None = None, *,
                  batch: torch.Tensor | None = None, layout: Layout | None = None,
-                 members: Sequence[Mesh] | None = None):
+                 members: Sequence[Mesh] | None = None, check: bool = True):
         if not torch.is_tensor(pos) or pos.dim() != 2:
             raise ValueError(f"pos must be a tensor [N, d], got {_shape(pos)}")
         if not torch.is_tensor(weight) or weight.dim() != 1 or weight.shape[0] != pos.shape[0]:
@@ -108,6 +121,7 @@ class Mesh:
             raise ValueError(f"cells must be a tensor [T, k] of node indices, got {_shape(cells)}")
         if batch is not None and (not torch.is_tensor(batch) or batch.shape != (pos.shape[0],)):
             raise ValueError(f"batch must be a tensor [N] with N = {pos.shape[0]}, got {_shape(batch)}")
+        check_mesh_tensors(pos, weight, cells, batch, values=check)
         self.pos, self.weight, self.cells = pos, weight, cells
         self._batch = batch
         self.layout = layout if layout is not None else Layout.of(batch, pos.shape[0])
@@ -116,8 +130,9 @@ class Mesh:
         self.members = tuple(members) if members is not None else None
         self.memo: dict[Hashable, Any] = {}
         self.serial = next(_SERIALS)
-        self.checked = False
-        self.weights_checked = False
+        self._versions = self._stamp()
+        self._checked = False
+        self._weights_checked = False
         self.weights_known = True
 
     # ---------------------------------------------------------------- construction
@@ -151,6 +166,15 @@ class Mesh:
             raise ValueError("Mesh.batch needs at least one mesh")
         if len(meshes) == 1 and meshes[0].layout.num_graphs == 1:
             return meshes[0]
+        bad = next((m for m in meshes if not isinstance(m, Mesh)), None)
+        if bad is not None:
+            raise TypeError(f"Mesh.batch takes geoattn.mesh.Mesh objects, got {type(bad).__name__}")
+        _same(meshes, "dim", "spatial dimension", "batch meshes of one dimension (a 2-D and a 3-D mesh "
+              "are two batches)")
+        _same(meshes, "device", "device", "move them to one device first (mesh.to(device))")
+        _same(meshes, "dtype", "dtype", "convert them to one dtype first (mesh.to(dtype=...))")
+        for m in meshes:
+            m.refresh()  # a member changed in place since it was made is checked again
         flat = [m for mesh in meshes for m in mesh.graphs()]
         counts = tuple(m.num_nodes for m in flat)
         pos = torch.cat([m.pos for m in flat])
@@ -161,7 +185,55 @@ class Mesh:
             cells = torch.cat([m.cells + o for m, o in zip(flat, offsets)])
         batch = torch.repeat_interleave(torch.arange(len(flat), device=pos.device),
                                         torch.tensor(counts, device=pos.device), output_size=sum(counts))
-        return cls(pos, weight, cells, batch=batch, layout=Layout(counts), members=flat)
+        return cls(pos, weight, cells, batch=batch, layout=Layout(counts), members=flat, check=False)
+
+    # ---------------------------------------------------------------- in-place changes
+
+    def _stamp(self) -> tuple:
+        """The version counters of the mesh's tensors (``None`` for one that keeps none, an
+        inference tensor)."""
+        def version(t):
+            try:
+                return None if t is None else t._version
+            except RuntimeError:  # inference tensors track no version
+                return None
+
+        return tuple(version(t) for t in (self.pos, self.weight, self.cells, self._batch))
+
+    def refresh(self) -> bool:
+        """Notice an in-place change of the mesh's tensors since it was checked: check the values
+        again, reset the checks' flags and empty the memo. Returns whether anything changed.
+        Called on every use of the checks' flags and of the memo (a few attribute reads)."""
+        if torch.compiler.is_compiling():
+            return False
+        stamp = self._stamp()
+        if stamp == self._versions:
+            return False
+        self.memo.clear()
+        self._checked = self._weights_checked = False
+        self._versions = stamp
+        check_mesh_tensors(self.pos, self.weight, self.cells, self._batch)
+        return True
+
+    @property
+    def checked(self) -> bool:
+        self.refresh()
+        return self._checked
+
+    @checked.setter
+    def checked(self, value: bool) -> None:
+        self.refresh()
+        self._checked = bool(value)
+
+    @property
+    def weights_checked(self) -> bool:
+        self.refresh()
+        return self._weights_checked
+
+    @weights_checked.setter
+    def weights_checked(self, value: bool) -> None:
+        self.refresh()
+        self._weights_checked = bool(value)
 
     # ---------------------------------------------------------------- properties
 
@@ -200,7 +272,7 @@ class Mesh:
                 if self.cells is not None:
                     keep = (self.cells >= s.start).all(1) & (self.cells < s.stop).all(1)
                     cells = self.cells[keep] - s.start
-                return Mesh(self.pos[s], self.weight[s], cells)
+                return Mesh(self.pos[s], self.weight[s], cells, check=False)
 
             self.members = tuple(member(s) for s in self.layout.slices())
         return self.members
@@ -227,6 +299,7 @@ class Mesh:
         :meth:`clear_structure` empties it.
         """
         _check_key(key)
+        self.refresh()
         try:
             return self.memo[key]
         except KeyError:
@@ -292,7 +365,8 @@ class Mesh:
         next use builds again. A dataset of many meshes bounds what it keeps by clearing the
         meshes it has not used for a while (e.g. least recently used first)."""
         self.memo.clear()
-        self.checked = self.weights_checked = False
+        self._checked = self._weights_checked = False
+        self._versions = self._stamp()
         if self.members is not None and self.num_graphs > 1:
             for m in self.members:
                 m.clear_structure()
@@ -312,7 +386,7 @@ class Mesh:
             return Mesh(self.pos.to(device, dtype), self.weight.to(device, dtype),
                         None if self.cells is None else self.cells.to(device),
                         batch=None if self._batch is None else self._batch.to(device),
-                        layout=self.layout, members=members)
+                        layout=self.layout, members=members, check=False)
 
         return self.structure(("to", device, dtype), lambda _: move())
 
@@ -322,7 +396,7 @@ class Mesh:
         def move() -> Mesh:
             members = None if self.members is None else [m.moved(isometry) for m in self.members]
             return Mesh(isometry(self.pos), self.weight, self.cells, batch=self._batch,
-                        layout=self.layout, members=members)
+                        layout=self.layout, members=members, check=False)
 
         return self.structure(("moved", value_key(isometry)), lambda _: move())
 
@@ -414,6 +488,18 @@ def _refine_one(mesh: Mesh, size: float) -> tuple[Mesh, torch.Tensor]:
     matrix = torch.sparse_coo_tensor(torch.as_tensor(np.stack([coo.row, coo.col])), coo.data, coo.shape,
                                      dtype=mesh.dtype, check_invariants=True).coalesce().to(mesh.device)
     return Mesh(data.pos.to(mesh.device), data.weight.to(mesh.device), data.cells.to(mesh.device)), matrix
+
+
+def _same(meshes: Sequence[Mesh], attr: str, what: str, fix: str) -> None:
+    """Refuse meshes that differ in ``attr`` (a typed error naming the first two values)."""
+    from ..errors import DeviceError, DimensionError, DTypeError
+
+    values = [getattr(m, attr) for m in meshes]
+    if len(set(values)) > 1:
+        i = next(i for i, v in enumerate(values) if v != values[0])
+        error = {"dim": DimensionError, "device": DeviceError, "dtype": DTypeError}[attr]
+        raise error(f"Mesh.batch got meshes of different {what}: mesh 0 is {values[0]}, mesh {i} is "
+                    f"{values[i]}; {fix}")
 
 
 def _shape(t) -> str:

@@ -473,3 +473,111 @@ def validate_sample(data, *, check_mesh: bool = True) -> None:
     if cells is not None:
         for name, values in (getattr(data, "cell_data", None) or {}).items():
             validate_field(name, values, len(cells), "cells")
+
+
+def _cell_measures(pos: torch.Tensor, cells: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """The size of every cell ``[T]`` (length, area or volume, unsigned) and its dimension, from
+    the cells' shape: simplices of any embedding (``k <= d + 1`` nodes) by the Gram determinant of
+    their edges from node 0; quadrilaterals (``d = 2, k = 4``) by their diagonals; hexahedra
+    (``k = 8``) by the corner Jacobian at node 0 (VTK order); 4 nodes in 3-D count as a
+    tetrahedron or, when flat, as a quadrilateral."""
+    d, k = pos.shape[1], cells.shape[1]
+    wide = torch.float32 if pos.device.type == "mps" else torch.float64
+    p = pos.detach().to(wide)[cells]  # (T, k, d)
+
+    def gram(edges: torch.Tensor) -> torch.Tensor:  # (T, m, d) -> (T,)
+        g = edges @ edges.transpose(1, 2)  # (T, m, m)
+        return torch.linalg.det(g).clamp(min=0).sqrt()
+
+    if k == 8 and d == 3:
+        return gram(p[:, [1, 3, 4]] - p[:, :1]), 3
+    quad = p.new_zeros(0)
+    if k == 4 and d >= 2:
+        a, b = p[:, 2] - p[:, 0], p[:, 3] - p[:, 1]  # the diagonals: area = |a x b| / 2
+        quad = 0.5 * gram(torch.stack([a, b], 1))
+        if d == 2:
+            return quad, 2
+    if 2 <= k <= d + 1:
+        size = gram(p[:, 1:] - p[:, :1])
+        return (torch.maximum(size, quad) if len(quad) else size), k - 1
+    return p.new_ones(len(cells)), d  # a shape with no rule here: validate_mesh judges it
+
+
+def check_mesh_tensors(pos: torch.Tensor, weight: torch.Tensor, cells: torch.Tensor | None = None,
+                       batch: torch.Tensor | None = None, *, values: bool = True) -> None:
+    """Check that the tensors of a :class:`~geoattn.mesh.Mesh` fit together: one device (not
+    ``meta``), one floating dtype for ``pos`` and ``weight``; cells of integer node indices in
+    ``[0, N)``, none degenerate (a length, area or volume below :data:`DEGENERATE_TOL` of a typical
+    spacing's); a batch vector of integer graph indices, non-negative and sorted.
+
+    The dtype and device checks read no device; with ``values`` (default), the index range, the
+    cells' sizes and the batch order are checked in :math:`O(N + T)` on the tensors' device with
+    one host synchronisation; only a failure looks up the first offending index.
+
+    Raises:
+        DeviceError, DTypeError, CellIndexError, DegenerateCellError, BatchOrderError,
+        FieldLengthError: naming the cause and what to do.
+    """
+    from ..errors import BatchOrderError, DeviceError, DTypeError
+
+    named = [("pos", pos), ("weight", weight), ("cells", cells), ("batch", batch)]
+    named = [(k, t) for k, t in named if t is not None]
+    devices = {t.device for _, t in named}
+    if len(devices) > 1:
+        where = ", ".join(f"{k} on {t.device}" for k, t in named)
+        raise DeviceError(f"a Mesh's tensors must be on one device, got {where}; move them first, "
+                          f"e.g. Mesh(pos.to(dev), weight.to(dev), ...) or mesh.to(dev)")
+    if pos.device.type == "meta":
+        raise DeviceError("the Mesh's tensors are on the meta device, which holds no values; build it "
+                          "from real tensors (e.g. after module.to_empty(device=...) and loading the values)")
+    if not pos.is_floating_point():
+        raise DTypeError(f"pos must be a floating tensor (float32 or float64), got {pos.dtype}; "
+                         "convert with pos.to(torch.float32) or .double()")
+    if weight.dtype != pos.dtype:
+        raise DTypeError(f"weight is {weight.dtype} but pos is {pos.dtype}: a Mesh has one floating dtype; "
+                         f"convert with weight.to(pos.dtype)")
+    if cells is not None and (cells.is_floating_point() or cells.is_complex() or cells.dtype == torch.bool):
+        raise CellIndexError(f"cells must hold integer node indices, got dtype {cells.dtype}; convert "
+                             "whole-number indices with cells.long()")
+    if batch is not None and (batch.is_floating_point() or batch.is_complex() or batch.dtype == torch.bool):
+        raise FieldLengthError(f"batch must hold integer graph indices, got dtype {batch.dtype}; convert "
+                               "whole numbers with batch.long(), or build batches with Mesh.batch")
+    if not values:
+        return
+    n = pos.shape[0]
+    flags, tol = [], 0.0
+    has_cells = cells is not None and cells.numel() > 0
+    if has_cells:
+        if n == 0:
+            raise CellIndexError(f"{len(cells)} cells index a mesh without nodes")
+        low, high = torch.aminmax(cells)
+        flags += [low >= 0, high < n]
+        size, tdim = _cell_measures(pos, cells.clamp(0, n - 1))
+        span = (pos.detach().amax(0) - pos.detach().amin(0)).to(size.dtype)
+        h = span.norm() / max(n, 1) ** (1.0 / max(tdim, 1))
+        tol = DEGENERATE_TOL * h ** tdim
+        flags += [size.min() > tol]
+    if batch is not None and n > 1:
+        flags += [batch[0] >= 0, (batch[1:] >= batch[:-1]).all()]
+    elif batch is not None and n == 1:
+        flags += [batch[0] >= 0]
+    if not flags or all(torch.stack(flags).tolist()):
+        return
+    if has_cells:
+        bad = (cells < 0) | (cells >= n)
+        if bool(bad.any()):
+            t, j = (int(v) for v in torch.nonzero(bad)[0])
+            raise CellIndexError(f"cell {t} refers to node {int(cells[t, j])}, outside [0, {n}) (the mesh has "
+                                 f"{n} nodes); the cells do not belong to these nodes, or index from 1: "
+                                 "give cells that index pos from 0")
+        small = size <= tol
+        if bool(small.any()):
+            t = _first(small)
+            raise DegenerateCellError(f"cell {t} (nodes {cells[t].tolist()}) has size {float(size[t]):.3g}, "
+                                      f"numerically zero for {tdim}-D cells at this spacing; remove it, or merge "
+                                      "its coincident nodes (geoattn.mesh.merge_nodes)")
+    if bool(batch[0] < 0):
+        raise FieldLengthError(f"batch gives node 0 the graph index {int(batch[0])}; graph indices start at 0")
+    i = _first(batch[1:] < batch[:-1]) + 1
+    raise BatchOrderError(f"the batch vector is not sorted: node {i} has graph {int(batch[i])} after graph "
+                          f"{int(batch[i - 1])}; sort the nodes by graph, or build the batch with Mesh.batch")
