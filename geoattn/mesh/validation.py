@@ -581,3 +581,38 @@ def check_mesh_tensors(pos: torch.Tensor, weight: torch.Tensor, cells: torch.Ten
     i = _first(batch[1:] < batch[:-1]) + 1
     raise BatchOrderError(f"the batch vector is not sorted: node {i} has graph {int(batch[i])} after graph "
                           f"{int(batch[i - 1])}; sort the nodes by graph, or build the batch with Mesh.batch")
+
+
+def checked_number(name: str, value, *, integer: bool = False, positive: bool = True,
+                   minimum: float | None = None) -> float | int:
+    """``value`` of the numeric option ``name`` as a Python ``float`` (``int`` with ``integer``),
+    from any real number type (``int``, ``float``, NumPy scalars, 0-d arrays and tensors).
+
+    Refused with :class:`~geoattn.errors.ConfigError` naming the option and the value: booleans,
+    complex numbers, strings and other types; NaN and infinities; with ``positive`` (default),
+    values ``<= 0``; values below ``minimum``; with ``integer``, a number that is not whole
+    (``8.5`` for a grid size).
+    """
+    import numbers
+
+    from ..errors import ConfigError
+
+    raw = value
+    if torch.is_tensor(value) or isinstance(value, np.ndarray):
+        if value.ndim != 0:
+            raise ConfigError(f"{name} must be one number, got an array of shape {tuple(value.shape)}")
+        value = value.item()
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ConfigError(f"{name} must be a real number, got {type(raw).__name__} {raw!r}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ConfigError(f"{name} must be a finite number, got {number}")
+    if integer:
+        if number != int(number):
+            raise ConfigError(f"{name} must be a whole number, got {number}; give e.g. {name}={max(int(number), 1)}")
+        number = int(number)
+    if positive and number <= 0:
+        raise ConfigError(f"{name} must be > 0, got {number}")
+    if minimum is not None and number < minimum:
+        raise ConfigError(f"{name} must be >= {minimum:g}, got {number:g}")
+    return number

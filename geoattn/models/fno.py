@@ -12,7 +12,7 @@ from ..errors import ConfigError, UnsupportedCellError
 from ..mesh.mesh import Mesh
 from ..nn.local_integral import LocalIntegral
 from ..nn.p1_fourier import p1_fourier_basis
-from ..nn.spectral import SpectralIntegral, checked_period
+from ..nn.spectral import SpectralIntegral, check_period_extent, checked_period
 from .base import NeuralOperator
 
 #: How the forward transforms integrate: ``"nodal"`` (the nodes' quadrature weights) or ``"p1"``
@@ -134,6 +134,9 @@ class MeshFNO(NeuralOperator, name="mesh_fno"):
     def forward(self, x: torch.Tensor, mesh: Mesh) -> torch.Tensor:
         self.check_call(x, mesh)
         pos, weight, batch, layout = mesh.pos, mesh.weight, mesh.batch_vector, mesh.layout
+        if self.period is not None:  # once per mesh (and again after an in-place change)
+            mesh.structure(("period_extent", self.period), lambda m: check_period_extent(self.period, m.pos),
+                           lambda batch, parts: None)
         h = self.lift(self.inputs(x, pos if self.period is None else self._torus_coordinates(pos)))
         # the nodes' Fourier basis, for every block
         basis = self.spectral[0].basis(pos, weight, batch, layout=layout)

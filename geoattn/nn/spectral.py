@@ -33,9 +33,11 @@ import itertools
 import math
 from typing import NamedTuple, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
+from geoattn.errors import ConfigError
 from geoattn.mesh.partition import patch_centroids
 
 from . import nufft
@@ -53,6 +55,7 @@ __all__ = [
     "SpectralSmoothing",
     "bounding_box",
     "box_frame",
+    "check_period_extent",
     "checked_period",
     "dense_basis",
     "fourier_coefficients",
@@ -150,8 +153,8 @@ def box_frame(pos: torch.Tensor, batch: torch.Tensor | None = None, num_graphs: 
     """
     counts = None if layout is None else tuple(layout.counts)
     if batch is None:
-        batch = torch.zeros(len(pos), dtype=torch.long, device=pos.device)
-        counts = (len(pos),)  # one graph: every node in segment 0
+        batch = torch.zeros(pos.shape[0], dtype=torch.long, device=pos.device)
+        counts = (pos.shape[0],)  # one graph: every node in segment 0 (shape[0]: N symbolic under export)
     if num_graphs is not None:
         b = num_graphs
     else:
@@ -197,17 +200,51 @@ def periodic_box(period: tuple[float, ...], like: torch.Tensor, num_graphs: int)
 def checked_period(period: float | Sequence[float] | None, dim: int,
                    padding: float = 0.0) -> tuple[float, ...] | None:
     """``period`` as ``dim`` positive floats (``None`` stays ``None``), refusing a ``padding``:
-    a torus has no boundary to pad."""
+    a torus has no boundary to pad.
+
+    One number (any real type: ``int``, ``float``, a NumPy scalar, a 0-d tensor) or ``dim`` of
+    them; booleans, non-finite and non-positive values, and periods below the smallest normal
+    float32 (whose reciprocal overflows) are refused with
+    :class:`~geoattn.errors.ConfigError`. A period shorter than the nodes' extent is refused
+    when a model meets the nodes (:func:`check_period_extent`)."""
+    from ..mesh.validation import checked_number
+
     if period is None:
         return None
-    values = [period] * dim if isinstance(period, (int, float)) else list(period)
-    if len(values) != dim or not all(math.isfinite(p) and p > 0 for p in values):
-        raise ValueError(f"period must be one positive float or {dim} of them, got {period!r}")
+    if torch.is_tensor(period) or isinstance(period, np.ndarray):
+        period = period.tolist() if period.ndim else period.item()
+    try:
+        values = [period] * dim if not isinstance(period, (list, tuple)) else list(period)
+    except TypeError:
+        values = [period]
+    if len(values) != dim:
+        raise ConfigError(f"period must be one positive number or {dim} of them (one per axis), got {period!r}")
+    tiny = float(torch.finfo(torch.float32).tiny)
+    values = [checked_number("period", p) for p in values]
+    small = next((p for p in values if p < tiny), None)
+    if small is not None:
+        raise ConfigError(f"period={small:g} is too small: below {tiny:.3g} (the smallest normal float32) "
+                          "the coordinates divided by it overflow; give the period in the units of the "
+                          "coordinates, or rescale both")
     if padding:
-        raise ValueError(f"padding={padding} with period={period!r}: the domain is periodic, so "
+        raise ConfigError(f"padding={padding} with period={period!r}: the domain is periodic, so "
                          "there is no boundary to pad; give padding=0 (or period=None for a "
                          "non-periodic domain)")
     return tuple(float(p) for p in values)
+
+
+def check_period_extent(period: tuple[float, ...], pos: torch.Tensor) -> None:
+    """Refuse nodes ``pos [N, d]`` (of one graph) that span more than ``period`` along an axis:
+    on the torus distinct nodes would fold onto one point. One host read."""
+    if pos.shape[0] == 0:
+        return
+    extent = (pos.detach().amax(0) - pos.detach().amin(0)).tolist()
+    over = [k for k, (e, p) in enumerate(zip(extent, period)) if e > p * (1 + 1e-6)]
+    if over:
+        k = over[0]
+        raise ConfigError(f"period={period[k]:g} along axis {k} is shorter than the nodes' extent {extent[k]:.6g} "
+                          "there: nodes a period apart would be one point of the torus; give the domain's "
+                          "period (at least the extent), or period=None for a domain that is not periodic")
 
 
 def patch_frame(pos: torch.Tensor, weight: torch.Tensor, patch: torch.Tensor, patch_length: float,
@@ -288,9 +325,9 @@ def _checked_basis(basis: torch.Tensor | None, xi: torch.Tensor, modes: torch.Te
     if basis is None:
         return dense_basis(xi.to(dtype), modes, symmetric=symmetric)
     width = len(modes) if _zero_index(modes, symmetric) is not None else 2 * len(modes)
-    if basis.shape != (len(xi), width):
+    if basis.shape != (xi.shape[0], width):  # shape[0]: N stays symbolic under export
         raise ValueError(f"basis has shape {tuple(basis.shape)}, the frame and modes need "
-                         f"{(len(xi), width)}: make it with dense_basis(frame.xi, modes)")
+                         f"{(xi.shape[0], width)}: make it with dense_basis(frame.xi, modes)")
     return basis.to(dtype)
 
 
@@ -317,7 +354,7 @@ def _checked_backend(backend: str) -> str:
 
 def _uses_nufft(backend: str, frame: FourierFrame, modes: torch.Tensor) -> bool:
     """Whether a transform of ``frame`` on ``modes`` goes through finufft (see ``backend``)."""
-    if _checked_backend(backend) == "dense":
+    if _checked_backend(backend) == "dense" or torch.compiler.is_exporting():  # finufft runs on the host
         return False
     if backend == "finufft":
         if not _is_mode_box(modes):
@@ -669,7 +706,7 @@ class SpectralIntegral(nn.Module):
         :class:`~geoattn.mesh.Layout` of ``batch``, so that nothing is read from the device."""
         b = layout.num_graphs if layout is not None else count_graphs(batch)
         if batch is None:
-            batch = torch.zeros(len(pos), dtype=torch.long, device=pos.device)
+            batch = torch.zeros(pos.shape[0], dtype=torch.long, device=pos.device)  # shape[0]: N stays symbolic under export
             layout = None  # box_frame counts the one graph itself
         if self.period is None:
             lo, hi = bounding_box(pos, batch, b, weight)
