@@ -1,8 +1,9 @@
 r"""Mesh-native multigrid neural operator: V-cycles on grids of the domain, read from the mesh by
 Galerkin integrals and written back by interpolation.
 
-The grids are regular grids over a box fixed at construction, so they are the same on every mesh
-of the domain; the mesh enters only through a pair of transfer operators that discretise fixed
+The grids are regular grids over a box, given at construction or fitted to the training data
+(:func:`covering_box`) and then part of the model, so they are the same on every mesh of the
+domain; the mesh enters only through a pair of transfer operators that discretise fixed
 continuum operators:
 
 - :func:`restriction`: the :math:`\phi_c`-weighted cell averages
@@ -20,23 +21,78 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import logging
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import ConfigError
+from ..errors import ConfigError, MeshMismatchError
 from ..mesh.mesh import Mesh
 from ..nn.functional import num_graphs as count_graphs
 from .base import NeuralOperator
 from .encoder import CoordinateFeatures, PointwiseMLP
 
-__all__ = ["GridStencil", "MultigridOperator", "Restriction", "VCycle", "grid_stencil", "prolong_to_nodes",
-           "restrict", "restriction", "simplex_points"]
+__all__ = ["GridStencil", "MultigridOperator", "Restriction", "VCycle", "check_box", "covering_box", "grid_stencil",
+           "prolong_to_nodes", "restrict", "restriction", "simplex_points"]
+
+#: margin of a fitted box on every side, as a fraction of the data's largest extent
+BOX_MARGIN = 0.01
+#: how far (as a fraction of the box's largest side) a node may lie outside the box and be read as
+#: at its nearest point of the box
+BOX_TOLERANCE = 1e-3
+
+log = logging.getLogger(__name__)
 
 _CONV = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
 _POOL = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
 _LINEAR = {1: "linear", 2: "bilinear", 3: "trilinear"}
+
+
+def check_box(box, dim: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The corners ``((a_1, ..., a_d), (b_1, ..., b_d))`` of ``box`` as floats, after checking
+    them: ``dim`` finite numbers each with :math:`b_k > a_k`, else :class:`~geoattn.errors.ConfigError`."""
+    try:
+        corners = torch.as_tensor(box, dtype=torch.float64).detach().cpu()
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ConfigError(f"box must be ((a_1, ..., a_d), (b_1, ..., b_d)), two rows of {dim} numbers; "
+                          f"got {box!r}") from err
+    if corners.shape != (2, dim):
+        raise ConfigError(f"box must be ((a_1, ..., a_d), (b_1, ..., b_d)) with d={dim}: two rows of {dim} numbers; "
+                          f"got shape {tuple(corners.shape)}: {box!r}")
+    if not bool(torch.isfinite(corners).all()):
+        raise ConfigError(f"box must have finite corners, got {corners.tolist()}")
+    if not bool((corners[1] > corners[0]).all()):
+        raise ConfigError(f"box must have b_k > a_k on every axis (a positive extent), got {corners.tolist()}")
+    lo, hi = corners.tolist()
+    return tuple(lo), tuple(hi)
+
+
+def covering_box(pos: torch.Tensor, margin: float = BOX_MARGIN) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    r"""A box around the nodes ``pos [N, d]``: their bounding box grown by ``margin`` times its
+    largest extent :math:`L` on every side, its corners rounded outwards to multiples of
+    :math:`10^{\lfloor \log_{10} L \rfloor - 2}` (the unit square gives
+    :math:`[-0.01, 1.01]^2`, :math:`[0, 2] \times [0, 1]` gives
+    :math:`[-0.02, 2.02] \times [-0.02, 1.02]`). Nodes that all coincide raise
+    :class:`~geoattn.errors.ConfigError`."""
+    p = pos.detach().to(torch.float64)
+    if p.shape[0] == 0 or not bool(torch.isfinite(p).all()):
+        raise ConfigError("cannot fit the multigrid's box: the mesh has no nodes or non-finite coordinates")
+    lo, hi = p.amin(0), p.amax(0)
+    extent = float((hi - lo).max())
+    if not extent > 0:
+        raise ConfigError(f"cannot fit the multigrid's box to nodes that all lie at {lo.tolist()}: pass box=")
+    digits = 2 - math.floor(math.log10(extent))
+    step = 10.0 ** -digits
+
+    def rounded(x: float, up: bool) -> float:
+        q = round(x / step, 6)  # a corner at a multiple of the step stays there
+        return round((math.ceil(q) if up else math.floor(q)) * step, max(digits, 0))
+
+    a = tuple(rounded(float(x) - margin * extent, False) for x in lo)
+    b = tuple(rounded(float(x) + margin * extent, True) for x in hi)
+    return check_box((a, b), p.shape[1])
 
 
 class GridStencil(NamedTuple):
@@ -297,8 +353,15 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
         levels: grids per V-cycle (default ``3``: ``16, 8, 4`` cells per axis).
         smoothing: residual :math:`3^d` convolutions per level, on the way down and again on the
             way up (default ``2``).
-        box: corners ``((a_1, ..., a_d), (b_1, ..., b_d))`` of the box the grids cover, which
-            should contain the domain (default ``None``: the unit cube :math:`[0, 1]^d`).
+        box: corners ``((a_1, ..., a_d), (b_1, ..., b_d))`` of the box the grids cover, finite
+            with :math:`b_k > a_k` (default ``None``: fitted to the training data, like a
+            normaliser, at the first :meth:`fit_mesh`, which :class:`~geoattn.train.Trainer`
+            calls with the first training mesh, or else at the first call: the nodes' bounding
+            box with a margin of 1 % of its largest extent, rounded outwards,
+            :func:`covering_box`). The box is part of the model (the buffer ``grid_box``, saved
+            in checkpoints). A mesh with nodes outside it (by more than 0.1 % of its largest
+            side) is refused with :class:`~geoattn.errors.MeshMismatchError`: the grids say
+            nothing there.
         coordinate_features: Fourier features of the coordinates in the lift, as the keywords of
             :class:`~geoattn.models.encoder.CoordinateFeatures` (default ``None``: none).
 
@@ -321,13 +384,13 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
             raise ConfigError(f"need one grid size per axis (dim={dim}), each >= 2, divisible by 2 ** (levels - 1) "
                               f"and leaving >= 2 cells on the coarsest grid, levels >= 1, depth >= 1 and "
                               f"smoothing >= 0; got grid={grid}, levels={levels}, depth={depth}, smoothing={smoothing}")
-        box = ((0.0,) * dim, (1.0,) * dim) if box is None else box
-        corners = torch.tensor(box, dtype=torch.float64)
-        if corners.shape != (2, dim) or not bool((corners[1] > corners[0]).all()):
-            raise ConfigError(f"box must be ((a_1, ..., a_d), (b_1, ..., b_d)) with b > a and d={dim}, got {box}")
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
-        self.shape, self.levels, self.box = shape, levels, corners.tolist()
-        self.cell_volume = float(torch.prod((corners[1] - corners[0]) / torch.tensor(shape)))
+        self.shape, self.levels = shape, levels
+        self.box: tuple | None = None  # the corners as floats, once fixed (the buffer's host copy)
+        self.cell_volume = math.nan
+        self.register_buffer("grid_box", torch.zeros(2, dim, dtype=torch.float64))  # zeros: not fixed yet
+        if box is not None:
+            self.set_box(box)
         self.inputs = CoordinateFeatures.of(in_channels, dim, coordinate_features)
         self.lift = PointwiseMLP(self.inputs.out_features, 2 * width, width)
         self.enter = _CONV[dim](width + 1, width, 1)
@@ -335,13 +398,81 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
         self.linears = nn.ModuleList(_CONV[dim](width, width, 1) for _ in range(depth))
         self.project = PointwiseMLP(width, 2 * width, out_channels)
 
+    # -- the box as model state ---------------------------------------------------------------
+    def set_box(self, box) -> None:
+        """Make ``box`` (``((a_1, ..., a_d), (b_1, ..., b_d))``, checked by :func:`check_box`)
+        the box the grids cover."""
+        self.box = check_box(box, self.dim)
+        self.cell_volume = math.prod((b - a) / n for a, b, n in zip(*self.box, self.shape))  # a first grid's cell
+        self.grid_box = torch.tensor(self.box, dtype=torch.float64, device=self.grid_box.device)
+
+    def fit_mesh(self, mesh: Mesh) -> None:
+        """Fix the box to the training :class:`~geoattn.mesh.Mesh` (all its graphs, for a batch):
+        :func:`covering_box` of its nodes, unless the box is already fixed (given, fitted or
+        loaded; see :class:`~geoattn.models.NeuralOperator`)."""
+        if not isinstance(mesh, Mesh):
+            raise TypeError(f"MultigridOperator.fit_mesh takes the training geoattn.mesh.Mesh, got {type(mesh).__name__}")
+        if self.box is None:
+            self.set_box(covering_box(mesh.pos))
+            log.info("multigrid box fitted to the training mesh: %s", self.box)
+
+    def _apply(self, fn, *args, **kwargs):
+        box = self.grid_box
+        out = super()._apply(fn, *args, **kwargs)
+        self.grid_box = box.to(self.grid_box.device)  # moved, never cast: the box stays float64
+        return out
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        name = f"{prefix}grid_box"
+        if name not in state_dict:  # a checkpoint of a release without the buffer: its box, by default the unit cube
+            box = self.box or ((0.0,) * self.dim, (1.0,) * self.dim)
+            state_dict[name] = torch.tensor(box, dtype=torch.float64)
+            self.hparams["box"] = box
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        corners = self.grid_box.detach().cpu()
+        if bool((corners[1] > corners[0]).all()):
+            self.set_box(corners)
+        else:
+            self.box = None
+
+    def check_inside(self, mesh: Mesh) -> None:
+        """Raise :class:`~geoattn.errors.MeshMismatchError` when nodes of ``mesh`` lie outside the
+        box by more than ``BOX_TOLERANCE`` times its largest side, naming how far and the fix.
+        The mesh's bounding box is kept in its memo (read from the device once per mesh)."""
+        def bounds(m: Mesh) -> tuple:
+            p = m.pos.detach()
+            return tuple(p.amin(0).tolist()), tuple(p.amax(0).tolist()), m.num_nodes
+
+        def join(batch: Mesh, parts: list) -> tuple:
+            return (tuple(map(min, zip(*(p[0] for p in parts)))), tuple(map(max, zip(*(p[1] for p in parts)))),
+                    sum(p[2] for p in parts))
+
+        lo, hi, _ = mesh.structure(("bounds",), bounds, join)
+        a, b = self.box
+        side = max(y - x for x, y in zip(a, b))
+        below = [x - p for x, p in zip(a, lo)]
+        above = [p - y for y, p in zip(b, hi)]
+        far = max(below + above)
+        if far <= BOX_TOLERANCE * side:
+            return
+        axis = (below + above).index(far) % self.dim
+        p = mesh.pos.detach()
+        outside = ((p < torch.tensor(a, dtype=p.dtype, device=p.device) - BOX_TOLERANCE * side)
+                   | (p > torch.tensor(b, dtype=p.dtype, device=p.device) + BOX_TOLERANCE * side)).any(1)
+        raise MeshMismatchError(
+            f"{int(outside.sum())} of {mesh.num_nodes} nodes lie outside the box {[list(a), list(b)]} that the "
+            f"multigrid's grids cover, by up to {far:.4g} along axis {axis} ({100 * far / side:.3g} % of the box's "
+            f"size; the mesh spans {[list(lo), list(hi)]}). The box was fixed on the training data; the model "
+            "knows nothing outside it. Bring the mesh into the box (the same units and placement as the "
+            "training data), or train a model on data that covers this domain (or give box= to cover it)")
+
     def stencil(self, mesh: Mesh) -> GridStencil:
         """The first grid's basis at the nodes (:func:`grid_stencil` on the model's box), kept in
         the memo of ``mesh`` (for a batch, each member's in the member's; built now, not kept,
         while the coordinates carry gradients)."""
         if mesh.pos.requires_grad and torch.is_grad_enabled():  # the stencil's values depend on pos
             return grid_stencil(mesh.pos, mesh.batch_vector, self._box(mesh), self.shape, mesh.num_graphs)
-        key = ("multigrid.stencil", tuple(map(tuple, self.box)), self.shape)
+        key = ("multigrid.stencil", self.box, self.shape)
 
         def one(m: Mesh) -> GridStencil:
             return grid_stencil(m.pos, None, self._box(m), self.shape, 1)
@@ -356,7 +487,7 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
     def restriction(self, mesh: Mesh) -> Restriction:
         """The first grid's :func:`restriction` of ``mesh`` (for a batch, the members' stacked
         block by block), kept in the memo."""
-        key = ("multigrid.restriction", tuple(map(tuple, self.box)), self.shape)
+        key = ("multigrid.restriction", self.box, self.shape)
 
         def one(m: Mesh) -> Restriction:
             return restriction(m.pos.detach(), m.weight.detach(), m.cells, self._box(m), self.shape)
@@ -375,6 +506,10 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
 
     def forward(self, x: torch.Tensor, mesh: Mesh) -> torch.Tensor:
         self.check_call(x, mesh)
+        if self.box is None:  # neither given nor fitted: fitted to this (first) mesh
+            self.fit_mesh(mesh)
+        if not torch.compiler.is_compiling():
+            self.check_inside(mesh)
         h = self.lift(self.inputs(x, mesh.pos))  # (N, C)
         mean, coverage = restrict(h, self.restriction(mesh), self.cell_volume)  # (B, C | 1, *shape)
         g = self.enter(torch.cat([mean, coverage], 1))  # (B, C, *shape)
