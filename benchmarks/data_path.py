@@ -18,6 +18,11 @@ ratio per node of ``per-sample`` to ``shared`` (each time divided by the nodes p
 samples are given as the docs of the running geoattn say: a :class:`~geoattn.mesh.MeshSamples`
 made once (:func:`geoattn.mesh.as_samples`) where it exists, else the list of samples.
 
+``--many N`` adds the memory of a dataset of ``N`` meshes (one ~300-node mesh per sample,
+``mesh_fno`` with exact P1 transforms evaluated on all of them twice through a :class:`~geoattn.mesh.MeshStore` bounded at
+``--max-mib``): the structure the store keeps and the process's peak resident memory, against the
+same with no bound.
+
 ``--compare REV`` runs the same measurement on geoattn as of git revision ``REV`` (a temporary git
 worktree, imported in a subprocess), and the table gives both, side by side, from one run.
 """
@@ -34,6 +39,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from geoattn.mesh import Mesh
 
 HERE = Path(__file__).resolve().parent
 MODELS = ("multigrid", "mesh_fno", "galerkin", "slice")
@@ -91,6 +98,47 @@ def measure(models, n: int, threads: int) -> dict:
     return out
 
 
+def many_meshes(n: int, max_mib: float, threads: int) -> dict:
+    """The memory a dataset of ``n`` meshes keeps after two evaluations of ``mesh_fno``: with the
+    store bounded at ``max_mib`` MiB of derived structure, and unbounded (a subprocess each)."""
+    out = {}
+    for bound in (max_mib, None):
+        code = (f"import sys; sys.path.insert(0, {str(HERE)!r}); import data_path; "
+                f"print(data_path._many({n}, {bound!r}, {threads}))")
+        text = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+        out["bounded" if bound else "unbounded"] = json.loads(text.strip().splitlines()[-1])
+    return out
+
+
+def _many(n: int, max_mib: float | None, threads: int) -> str:
+    import resource
+
+    from geoattn.data import darcy_samples
+    from geoattn.mesh import MeshSamples, MeshStore, families
+    from geoattn.models import build_model
+    from geoattn.train import NormalizedOperator, evaluate_errors
+
+    torch.set_num_threads(threads)
+    samples = []
+    for i in range(n):
+        samples += list(darcy_samples({"m": families.unit_square(16, "irregular", seed=i)}, 1, 0, start=i)["m"])
+    meshes = MeshStore([Mesh.from_sample(d) for d in samples],
+                       max_bytes=None if max_mib is None else int(max_mib * 2**20))
+    for k, d in enumerate(samples):
+        d.mesh_id = k
+    data = MeshSamples(samples, meshes)
+    torch.manual_seed(0)
+    op = NormalizedOperator(build_model("mesh_fno", in_channels=1, out_channels=1, width=32, depth=4,
+                                        quadrature="p1")).eval()  # exact transforms: weights kept per mesh
+    tic = time.perf_counter()
+    for _ in range(2):
+        evaluate_errors(op, data, batch_size=8)
+    meshes.trim()
+    return json.dumps({"meshes": n, "max_mib": max_mib, "structure_mib": meshes.structure_bytes / 2**20,
+                       "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                       "seconds": time.perf_counter() - tic})
+
+
 def _run_at(rev: str, args) -> dict:
     """The measurement on geoattn at git revision ``rev``, in a subprocess over a temporary worktree."""
     root = HERE.parent
@@ -134,6 +182,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--compare", metavar="REV", help="also measure geoattn at this git revision")
+    parser.add_argument("--many", type=int, metavar="N", help="also the memory of a dataset of N meshes")
+    parser.add_argument("--max-mib", type=float, default=64.0, help="the store's bound for --many (MiB)")
     parser.add_argument("--out", type=Path, help="folder for results.json")
     parser.add_argument("--measure-only", type=Path, help=argparse.SUPPRESS)
     sys.path.insert(0, str(HERE))
@@ -149,6 +199,14 @@ def main(argv=None) -> int:
         runs[f"`{args.compare}` (before)"] = _run_at(args.compare, args)
     runs["this tree"] = measure(args.models, args.samples, args.threads)
     text = table(runs, args.models)
+    if args.many:
+        from results_page import markdown_table
+
+        many = runs["many meshes"] = many_meshes(args.many, args.max_mib, args.threads)
+        text += "\n\n## A dataset of many meshes\n\n" + markdown_table(
+            ["store", "meshes", "structure kept (MiB)", "peak resident memory (MiB)", "two evaluations (s)"],
+            [[f"max_bytes = {r['max_mib']:g} MiB" if r["max_mib"] else "no bound", r["meshes"],
+              f"{r['structure_mib']:.0f}", f"{r['peak_rss_mib']:.0f}", f"{r['seconds']:.0f}"] for r in many.values()])
     print(text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
