@@ -257,7 +257,7 @@ def weighted_gram(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor,
     order, counts = _segments(batch, a.shape[0], num_graphs, counts)
     if order is not None:
         wa, b = wa[order], b[order]
-    if len(set(counts)) == 1:  # graphs of one size: one batched product
+    if len(counts) == 1 or len(set(counts)) == 1:  # graphs of one size (one graph: N may be symbolic)
         g, n = len(counts), counts[0]
         return torch.einsum("gn...i,gn...j->g...ij", wa.reshape(g, n, *wa.shape[1:]),
                             b.reshape(g, n, *b.shape[1:]))
@@ -283,7 +283,7 @@ def segment_matmul(q: torch.Tensor, s: torch.Tensor,
         return torch.einsum("n...i,...ij->n...j", q, s)
     order, counts = _segments(batch, q.shape[0], s.shape[0], counts)
     q_sorted = q if order is None else q[order]
-    if len(set(counts)) == 1:  # graphs of one size: one batched product
+    if len(counts) == 1 or len(set(counts)) == 1:  # graphs of one size (one graph: N may be symbolic)
         q_graphs = q_sorted.reshape(len(counts), counts[0], *q.shape[1:])
         out = torch.einsum("gn...i,g...ij->gn...j", q_graphs, s).flatten(0, 1)
     else:

@@ -30,7 +30,9 @@ class NormalizedOperator(MeshOperator):
     :func:`~geoattn.mesh.validate_weights` (one weight per node, finite, ``>= 0``, a positive total
     per graph, ``batch`` one graph index per node). A bad input raises its typed error instead of
     returning a finite but meaningless output (a NaN or negative weight does not always show in the
-    output). The weights are checked once per :class:`~geoattn.mesh.Mesh` (kept in its memo).
+    output). The weights are checked once per :class:`~geoattn.mesh.Mesh` (kept in its memo), and
+    not while :func:`torch.export.export` traces the operator (:func:`geoattn.export.export_operator`):
+    a check that reads values cannot be part of a graph that runs on any mesh.
 
     The operator also keeps the coordinate frame its training meshes were read in (``origin``
     and ``scale`` of :func:`~geoattn.mesh.from_meshio`, recorded by :meth:`record_frame`, which
@@ -115,6 +117,8 @@ class NormalizedOperator(MeshOperator):
 
     def forward(self, x: torch.Tensor, mesh: Mesh, *, query: Mesh | None = None) -> torch.Tensor:
         self.model.check_inputs(x, mesh.pos)
+        if torch.compiler.is_exporting():  # traced once: the values are checked by the caller, not in the graph
+            mesh.weights_checked = True
         if not mesh.weights_checked:
             validate_weights(mesh.weight, mesh.num_nodes, batch=mesh.batch_vector)
             mesh.weights_checked = True
