@@ -2,8 +2,12 @@
 on every named test set of a dataset file from ``geoattn import`` (one row per set).
 
 A cross-mesh report compares the same samples on several meshes: meshes holding different
-numbers of samples are refused. The test sets of an imported dataset hold different samples, so
-they are reported side by side, without ratios.
+numbers of samples are refused. The sets of an imported dataset are reported side by side, with
+a table of the files, worst first; a set that holds the same samples as the first set (the same
+file names, in other folders: the same samples on other meshes) gets its ratio to it, the
+samples paired by name. ``--out`` writes the tables (``sets.csv``, ``files.csv`` or
+``crossmesh.csv``) and the figure ``errors.png`` (the error of every file against its node count,
+or the mean error per mesh).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ def _mesh_names(text: str | None) -> list[str] | None:
 def _score_sets(args: argparse.Namespace, op, first: int | None, skip: int, out) -> int:
     """The report of the named sets of one version-2 dataset file."""
     from ..data.meshdataset import MeshDataset
-    from ..eval import split_report
+    from ..eval import plot_split, split_report
     from ..train.checkpoint import atomic_path
     from .train import read_fields
 
@@ -64,19 +68,27 @@ def _score_sets(args: argparse.Namespace, op, first: int | None, skip: int, out)
     unknown = [n for n in names if n not in full.splits]
     if unknown:
         raise ConfigError(f"{path} has no set {unknown[0]!r}; it holds {list(full.splits)}")
-    sets = {}
+    sets, files = {}, {}
     for name in names:
         ds = MeshDataset(path, name, params_as_channels=True)
         if skip >= len(ds):
             raise ConfigError(f"--skip {skip} leaves no samples: set {name!r} of {path} has {len(ds)}")
         stop = len(ds) if first is None else min(len(ds), skip + first)
         sets[name] = [ds[i] for i in range(skip, stop)]
-    report = split_report({"model": op}, sets)
+        files[name] = ds.sample_names[skip:stop]
+    report = split_report({"model": op}, sets, names=files)
     print(report.table())
+    print()
+    print("files, worst first:")
+    print(report.files_table(top=10))
     if out is not None:
         with atomic_path(out / "sets.csv") as tmp:
             report.write_csv(tmp)
-        print(f"wrote {out / 'sets.csv'}")
+        with atomic_path(out / "files.csv") as tmp:
+            report.write_files_csv(tmp)
+        with atomic_path(out / "errors.png") as tmp:
+            plot_split(report, tmp)
+        print(f"wrote {out / 'sets.csv'}, {out / 'files.csv'} and {out / 'errors.png'}")
     return 0
 
 
@@ -95,11 +107,11 @@ def run(args: argparse.Namespace) -> int:
     wanted = _mesh_names(args.meshes)
     out = None if args.out is None else check_writable(args.out, folder=True)
     imported = dataset_version(args.data[0]) == MESH_FORMAT_VERSION
+    if out is not None:
+        require("matplotlib", "plot", "the errors.png of --out")  # fail now, not after scoring
     if imported or args.sets is not None:
         op = load_trained(args.checkpoint, resolve_device(args.device))
         return _score_sets(args, op, first, skip, out)
-    if out is not None:
-        require("matplotlib", "plot", "the errors.png of --out")  # fail now, not after scoring
     op = load_trained(args.checkpoint, resolve_device(args.device))
     datasets, source = {}, {}
     for path in args.data:

@@ -363,6 +363,11 @@ class MeshDataset(FileDataset):
         """The mesh number of every sample (of this split, in order)."""
         return self._mesh_of[self._index[np.asarray(self.indices(), dtype=np.int64)]]
 
+    @property
+    def sample_names(self) -> list[str]:
+        """The name (source file) of every sample of this split, in order."""
+        return [self.names[int(self._index[i])] for i in self.indices()]
+
     def _mesh(self, number: int) -> Mesh:
         data = self._base(number)
         cells = getattr(data, "cells", None)

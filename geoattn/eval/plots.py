@@ -13,7 +13,7 @@ import torch
 
 from ..errors import DimensionError
 from ..optional import require
-from .crossmesh import CrossMeshReport
+from .crossmesh import CrossMeshReport, SplitReport
 
 
 def _pyplot():
@@ -51,6 +51,34 @@ def plot_errors(report: CrossMeshReport, path: str | Path) -> None:
     labelled with its value."""
     plt = _pyplot()
     fig = errors_figure(report)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def split_figure(report: SplitReport, model: str | None = None, label: int = 3):
+    """The figure of :func:`plot_split` (a :class:`matplotlib.figure.Figure`, not yet saved)."""
+    plt = _pyplot()
+    model = model or next(iter(report.errors))
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for name in report.samples:
+        errors = report.errors[model][name].cpu().numpy()
+        ax.scatter(report.sizes[name], errors, s=18, label=f"{name} (mean {errors.mean():.3g})")
+    for name, sample, n, err in report.rows(model)[:label]:  # the worst files named
+        ax.annotate(SplitReport.key(sample), (n, err), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel("nodes of the sample's mesh")
+    ax.set_ylabel("relative L2 error")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"{model}: error of every file, by set")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_split(report: SplitReport, path: str | Path, model: str | None = None) -> None:
+    """The relative :math:`L^2` error of every sample (file) against its node count, one colour
+    per set, the worst files named; linear axis from zero."""
+    plt = _pyplot()
+    fig = split_figure(report, model)
     fig.savefig(path, dpi=120)
     plt.close(fig)
 

@@ -73,12 +73,13 @@ def test_train_evaluate_and_predict_on_an_imported_dataset(imported, runs, tmp_p
     assert (op.x_names, op.y_names, op.param_names) == (["kappa"], ["T"], ["load"]) and op.settings["epochs"] == 1
 
     assert main(["evaluate", str(run / "last.pt"), str(imported), "--out", str(tmp_path / "ev")]) == 0
-    rows = [line.split()[0] for line in capsys.readouterr().out.splitlines()[2:] if not line.startswith("wrote")]
-    assert rows == ["fine"]
+    out = capsys.readouterr().out
+    rows = [line.split()[0] for line in out.split("\n\n")[0].splitlines()[2:]]
+    assert rows == ["fine"] and "files, worst first" in out and (tmp_path / "ev" / "errors.png").is_file()
     rows = list(csv.DictReader(open(tmp_path / "ev" / "sets.csv")))
     assert [r["set"] for r in rows] == ["fine"] and rows[0]["samples"] == "2"
     assert main(["evaluate", str(run / "last.pt"), str(imported), "--sets", "val,fine"]) == 0
-    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()[2:]] == ["val", "fine"]
+    assert [line.split()[0] for line in capsys.readouterr().out.split("\n\n")[0].splitlines()[2:]] == ["val", "fine"]
 
     alone = tmp_path / "alone"
     alone.mkdir()
@@ -251,3 +252,32 @@ def test_evaluate_refuses_meshes_with_unequal_sample_sets(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "'train' 3, 'graded' 2" in err and err.count("\n") == 1
     assert main(["evaluate", str(tmp_path / "run" / "last.pt"), str(a), str(b), "--first", "2"]) == 0
+
+
+def test_evaluate_writes_the_figure_a_per_file_table_and_ratios_of_paired_sets_only(tmp_path, capsys):
+    for folder, n in (("coarse", 6), ("fine", 11), ("other", 11)):
+        (tmp_path / folder).mkdir()
+        for k in range(2):
+            name = f"s{k}.vtu" if folder != "other" else f"t{k}.vtu"  # other: as many samples, not the same
+            meshio.write(tmp_path / folder / name, simulation(plate_with_hole(n, seed=k), 1.0 + k))
+    for k in range(6):
+        meshio.write(tmp_path / f"train_{k}.vtu", simulation(plate_with_hole(7, seed=10 + k), 1.0 + 0.2 * k))
+    data = tmp_path / "d.h5"
+    assert main(["import", str(tmp_path), "--x", "kappa", "--y", "T", "--out", str(data), "--no-progress",
+                 "--test", "coarse=*/coarse/*", "--test", "fine=*/fine/*", "--test", "other=*/other/*",
+                 "--split", "0.8,0.2"]) == 0
+    run = tmp_path / "run"
+    assert main(["train", str(data), "--out", str(run), "--epochs", "1", "--width", "8", "--depth", "1",
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    ev = tmp_path / "ev"
+    assert main(["evaluate", str(run / "best.pt"), str(data), "--sets", "coarse,fine,other", "--out", str(ev)]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split() for line in out.split("\n\n")[0].splitlines()[2:]}
+    assert "ratio" in out and rows["other"][-1] == "-" and float(rows["fine"][-1]) > 0  # paired by name only
+    files = list(csv.DictReader(open(ev / "files.csv")))
+    assert len(files) == 6 and [float(r["error"]) for r in files] == sorted((float(r["error"]) for r in files), reverse=True)
+    assert files[0]["file"] in out  # the worst file is named
+    assert (ev / "errors.png").stat().st_size > 1000
+    sets = {r["set"]: r for r in csv.DictReader(open(ev / "sets.csv"))}
+    assert sets["other"]["paired_ratio"] == "" and sets["fine"]["paired_ratio"] != ""
