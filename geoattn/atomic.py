@@ -11,6 +11,7 @@ without harm; elsewhere they stay).
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import shutil
 import tempfile
@@ -103,4 +104,108 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-__all__ = ["atomic_path", "remove_leftovers"]
+class GuardedFile(io.RawIOBase):
+    """A file as h5py's ``fileobj`` driver sees it: a write or truncation that fails (``ENOSPC``
+    on a full disk, a quota) is kept in :attr:`error` and reported to HDF5 as done.
+
+    HDF5 cannot recover from a failed write: the handle is left broken, and closing it crashes
+    the process (a segmentation fault, after pages of tracebacks). With this file HDF5 never sees
+    one, and the caller raises :attr:`error` (:meth:`check`) after closing the handle, before
+    flagging anything whose values may be incomplete, or instead of publishing the file.
+    """
+
+    def __init__(self, path: str | Path, mode: str):
+        super().__init__()
+        self._fh = open(path, mode, buffering=0)
+        self.error: OSError | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        return self._fh.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._fh.tell()
+
+    def readinto(self, buffer) -> int:
+        return self._fh.readinto(buffer)
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        if self.error is None:
+            try:
+                done = 0
+                while done < len(view):
+                    done += self._fh.write(view[done:])
+                return len(view)
+            except OSError as err:
+                self.error = err
+        self._fh.seek(len(view), os.SEEK_CUR)
+        return len(view)
+
+    def truncate(self, size: int | None = None) -> int:
+        try:
+            return self._fh.truncate(size)
+        except OSError as err:
+            self.error = self.error or err
+            return self._fh.tell() if size is None else size
+
+    def flush(self) -> None:
+        return None
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()
+        super().close()
+
+    def check(self, what: str, advice: str = "") -> None:
+        """Raise :class:`~geoattn.errors.OutputError` (``cannot {what}: {reason}{advice}``) for the
+        first failed write, if any."""
+        if self.error is not None:
+            err = self.error
+            raise OutputError(f"cannot {what}: {err.strerror or err}{advice}") from err
+
+
+@contextlib.contextmanager
+def guarded_h5(path: str | Path, mode: str, what: str, advice: str = ""):
+    """``h5py.File`` on ``path`` through :class:`GuardedFile` (``mode`` ``"w"`` or ``"r+"``),
+    yielded with the guard and closed at the end of the block; then a write that failed in it
+    raises :class:`~geoattn.errors.OutputError` (``cannot {what}: No space left on
+    device{advice}``). Every command that writes an HDF5 file (``generate``, ``import``) writes
+    it through this, so a full disk is one line and never a crash of HDF5."""
+    import h5py
+
+    guard = GuardedFile(path, "w+b" if mode == "w" else "r+b")
+    try:
+        with h5py.File(guard, mode) as fh:
+            yield fh, guard
+    finally:
+        guard.close()
+    guard.check(what, advice)
+
+
+def check_space(path: str | Path, need: int, advice: str) -> None:
+    """Refuse (:class:`~geoattn.errors.OutputError`) to write about ``need`` bytes at ``path``
+    when its file system has less free space, before anything is written; ``advice`` says what
+    to do (fewer samples, another folder). For writers that cannot be guarded byte by byte
+    (meshio's XDMF companion, a plot)."""
+    folder = Path(path).parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return
+    if need > free:
+        raise OutputError(f"cannot write {path}: it needs about {need / 1e6:.3g} MB but {folder} has "
+                          f"{free / 1e6:.3g} MB free; {advice}")
+
+
+__all__ = ["GuardedFile", "atomic_path", "check_space", "guarded_h5", "remove_leftovers"]

@@ -29,14 +29,18 @@ import csv
 import fnmatch
 import glob
 import json
+import logging
+import os
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import ConfigError
+from ..paths import symlink_loop
 from .options import NameList, add_reader_args, reader_options
 from .options import names as option_names
 
+log = logging.getLogger(__name__)
 INTERRUPTED = "; run the same command again to resume"
 TABLES = ("params.csv", "params.json")
 
@@ -74,25 +78,87 @@ def _is_mesh_file(path: Path) -> bool:
     return any("".join(suffixes[i:]) in meshio.extension_to_filetypes for i in range(len(suffixes)))
 
 
+def _walk(folder: Path, pick=_is_mesh_file) -> list[Path]:
+    """The files in ``folder`` and below that ``pick`` accepts, entering every real folder once:
+    a link to a folder already seen (``latest -> run_1``) or a loop of links is not followed
+    again."""
+    found, seen, links = [], set(), []
+
+    def walk(top, follow: bool) -> None:
+        for root, dirs, names in os.walk(top, followlinks=follow):
+            real = os.path.realpath(root)
+            if real in seen:
+                dirs[:] = []
+                continue
+            seen.add(real)
+            dirs.sort()
+            links.extend(Path(root) / d for d in dirs if (Path(root) / d).is_symlink())
+            found.extend(Path(root) / n for n in sorted(names) if pick(Path(root) / n))
+
+    walk(folder, False)  # the real folders first, so that a file is named without a link
+    for link in links:
+        walk(link, True)
+    return sorted(p for p in found if p.is_file())
+
+
+def _match(parts: tuple[str, ...], pattern: tuple[str, ...]) -> bool:
+    """Whether the path ``parts`` matches the glob ``pattern`` (parts; ``**`` any folders)."""
+    if not pattern:
+        return not parts
+    if pattern[0] == "**":
+        return any(_match(parts[i:], pattern[1:]) for i in range(len(parts) + 1))
+    return (bool(parts) and fnmatch.fnmatchcase(parts[0], pattern[0])
+            and (not parts[0].startswith(".") or pattern[0].startswith("."))
+            and _match(parts[1:], pattern[1:]))
+
+
+def _glob(pattern: str) -> list[Path]:
+    """The files matching the glob ``pattern``; ``**`` enters every real folder once (unlike
+    :func:`glob.glob`, which follows a loop of links until the system refuses)."""
+    parts = Path(pattern).parts
+    if "**" not in parts:
+        return [Path(p) for p in sorted(glob.glob(pattern)) if Path(p).is_file()]
+    k = next(i for i, part in enumerate(parts) if glob.has_magic(part))
+    root = Path(*parts[:k]) if k else Path(".")
+    return [f for f in _walk(root, pick=lambda _: True) if _match(f.relative_to(root).parts, parts[k:])]
+
+
 def gather(paths: list[str]) -> list[Path]:
-    """The mesh files that ``paths`` name (files, folders, glob patterns), each once, in order."""
-    files: dict[Path, None] = {}
+    """The mesh files that ``paths`` name (files, folders, glob patterns), each real file once,
+    in order.
+
+    Paths are compared by their real path (links resolved): a file reached twice, through a
+    link such as ``latest -> run_1``, a loop of links or two patterns, is one sample, named by
+    the path that goes through no link when there is one; so no file lands in two splits."""
+    files: dict[str, Path] = {}
+    twice = 0
     for text in paths:
         path = Path(text)
         if glob.has_magic(text):
-            found = [Path(p) for p in sorted(glob.glob(text, recursive=True)) if Path(p).is_file()]
+            found = _glob(text)
             if not found:
                 raise ConfigError(f"no file matches {text!r}")
         elif path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and _is_mesh_file(p))
+            found = _walk(path)
             if not found:
                 raise ConfigError(f"no mesh file in folder {path}")
         elif path.exists():
             found = [path]
         else:
-            raise FileNotFoundError(f"no mesh file at {path}")
-        files.update(dict.fromkeys(found))
-    return list(files)
+            loop = symlink_loop(path)
+            raise FileNotFoundError(f"no mesh file at {path}" + (f": a loop of links, {loop}" if loop else ""))
+        for f in found:
+            real = os.path.realpath(f)
+            if real not in files:
+                files[real] = f
+                continue
+            twice += 1
+            if os.path.abspath(files[real]) != real and os.path.abspath(f) == real:
+                files[real] = f  # the name without a link
+    if twice:
+        log.info("%d path(s) reached a file already found (through links or two patterns); each file "
+                 "is imported once", twice)
+    return list(files.values())
 
 
 def read_table(path: Path) -> dict[str, dict]:

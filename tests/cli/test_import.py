@@ -281,3 +281,36 @@ def test_evaluate_writes_the_figure_a_per_file_table_and_ratios_of_paired_sets_o
     assert (ev / "errors.png").stat().st_size > 1000
     sets = {r["set"]: r for r in csv.DictReader(open(ev / "sets.csv"))}
     assert sets["other"]["paired_ratio"] == "" and sets["fine"]["paired_ratio"] != ""
+
+
+def test_the_dataset_file_is_compressed(imported):
+    with h5py.File(imported) as fh:
+        group = next(iter(fh["meshes"].values()))
+        assert {group[k].compression for k in ("x", "y", "points", "cells", "weight")} == {"gzip"}
+
+
+def _linked_runs(root, runs):
+    """``src/run_1/`` holding three of the runs, a link ``latest -> run_1`` beside it and a loop
+    ``run_1/up -> ..``."""
+    folder, _ = runs
+    src = root / "src"
+    (src / "run_1").mkdir(parents=True)
+    for name in ["coarse_0.vtu", "coarse_1.vtu", "coarse_2.vtu"]:
+        shutil.copy(folder / name, src / "run_1" / name)
+    (src / "latest").symlink_to("run_1")
+    (src / "run_1" / "up").symlink_to("..")
+    return src
+
+
+@pytest.mark.parametrize("spec", ["{src}/**/*.vtu", "{src}", "{src}/*/*.vtu"])
+def test_import_reads_every_real_file_once_through_links_and_loops(runs, tmp_path, spec):
+    """A link ``latest -> run_1`` and a loop of links: each of the three files is one sample,
+    named without the link, in exactly one split."""
+    src = _linked_runs(tmp_path, runs)
+    out = tmp_path / "d.h5"
+    assert main(["import", spec.format(src=src), "--x", "kappa", "--y", "T", "--split", "0.34,0.33,0.33",
+                 "--out", str(out), "--no-progress"]) == 0
+    ds = MeshDataset(out)
+    assert sorted(n.rsplit("/", 1)[-1] for n in ds.names) == ["coarse_0.vtu", "coarse_1.vtu", "coarse_2.vtu"]
+    assert all("/run_1/" in n and "latest" not in n and "/up/" not in n for n in ds.names)
+    assert sum(ds.splits.values()) == 3
