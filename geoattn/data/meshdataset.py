@@ -112,9 +112,15 @@ def read_sample(path: str | Path, x: Sequence[str], y: Sequence[str], params: Se
     return data, values
 
 
-def _grown(group, name: str, shape: tuple, dtype: str):
+#: h5py filters of the field and mesh datasets: lossless (gzip after a byte shuffle), for meshes of
+#: at least :data:`COMPRESS_FROM` nodes (on smaller ones the filters' overhead outweighs the saving)
+COMPRESSION = {"compression": "gzip", "compression_opts": 4, "shuffle": True}
+COMPRESS_FROM = 1024
+
+
+def _grown(group, name: str, shape: tuple, dtype: str, compressed: bool = False):
     return group.create_dataset(name, shape=(0, *shape), maxshape=(None, *shape), dtype=dtype,
-                                chunks=(1, *shape) if shape else (1024,))
+                                chunks=(1, *shape) if shape else (1024,), **(COMPRESSION if compressed else {}))
 
 
 def _put(dataset, row: int, value) -> None:
@@ -148,9 +154,11 @@ class _Writer:
         number, self.next = self.next, self.next + 1
         g = self.fh["meshes"].create_group(f"{number:06d}")
         weight = data.weight.numpy()
-        g["points"], g["cells"], g["weight"] = points, cells, weight
+        compressed = len(points) >= COMPRESS_FROM
+        for name, values in (("points", points), ("cells", cells), ("weight", weight)):
+            g.create_dataset(name, data=values, **(COMPRESSION if compressed else {}))
         for name, channels in (("x", cx), ("y", cy)):
-            _grown(g, name, (len(points), channels), "f8")
+            _grown(g, name, (len(points), channels), "f8", compressed=compressed)
         _grown(g, "sample", (), "i8")
         _grown(g, "checksum", (), "u4")
         g.attrs.update(cell_type=str(getattr(data, "cell_type", "") or ""), mesh_hash=key,

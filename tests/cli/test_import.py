@@ -283,10 +283,15 @@ def test_evaluate_writes_the_figure_a_per_file_table_and_ratios_of_paired_sets_o
     assert sets["other"]["paired_ratio"] == "" and sets["fine"]["paired_ratio"] != ""
 
 
-def test_the_dataset_file_is_compressed(imported):
-    with h5py.File(imported) as fh:
-        group = next(iter(fh["meshes"].values()))
-        assert {group[k].compression for k in ("x", "y", "points", "cells", "weight")} == {"gzip"}
+def test_the_dataset_file_is_compressed_from_a_thousand_nodes(tmp_path):
+    meshio.write(tmp_path / "big.vtu", simulation(plate_with_hole(45), 1.0))  # 1 760 nodes
+    meshio.write(tmp_path / "small.vtu", simulation(plate_with_hole(6), 1.0))
+    assert main(["import", str(tmp_path), "--x", "kappa", "--y", "T", "--out", str(tmp_path / "d.h5"),
+                 "--split", "0.5,0.5", "--no-progress"]) == 0
+    with h5py.File(tmp_path / "d.h5") as fh:
+        found = {len(g["points"]): {g[k].compression for k in ("x", "y", "points", "cells", "weight")}
+                 for g in fh["meshes"].values()}
+    assert sorted(found.values(), key=str) == [{None}, {"gzip"}] and found[max(found)] == {"gzip"}
 
 
 def _linked_runs(root, runs):
