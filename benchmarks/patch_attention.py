@@ -68,6 +68,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         from geoattn.nn.patch_pairs import patch_pairs
     except ImportError:  # a version before the interpolated value path
         patch_pairs = None
+    try:
+        from geoattn.nn.patch_attention import PatchSide
+    except ImportError:  # a version before PatchSide: the patches as keywords of their own
+        PatchSide = None
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
 
@@ -85,7 +89,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for p in args.parts:
         part = partition(pos, weight, p, method="rcb")
         xd, posd, wd, patch = (t.to(device) for t in (x, pos, weight, part.assignment))
-        kw = dict(patch=patch, patch_length=part.length)
+        if PatchSide is not None:
+            kw = dict(patches=PatchSide(patch, part.length))
+        else:
+            kw = dict(patch=patch, patch_length=part.length)
         stencils = stencils_cpu = None
         if patch_pairs is not None:
             tic, cpu = time.perf_counter(), time.process_time()

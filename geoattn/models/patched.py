@@ -37,8 +37,8 @@ from torch import nn
 from ..errors import ConfigError, UnsupportedCellError
 from ..mesh.mesh import Mesh
 from ..mesh.partition import Partition, partition as make_partition
-from ..nn.patch_attention import (P1PatchGeometry, PatchAttention, PatchGeometry, PatchPieces, cell_pieces,
-                                  clipped_pieces, concat_geometry, concat_p1_geometry, majority_patch,
+from ..nn.patch_attention import (P1PatchGeometry, PatchAttention, PatchGeometry, PatchPieces, PatchSide,
+                                  cell_pieces, clipped_pieces, concat_geometry, concat_p1_geometry, majority_patch,
                                   p1_patch_geometry, patch_coefficients, patch_evaluate, patch_geometry)
 from ..nn.patch_mass import P1PatchMass, concat_p1_mass, p1_patch_mass
 from ..nn.patch_pairs import PatchPairs, concat_pairs, patch_pairs
@@ -145,20 +145,21 @@ class PatchMixer(nn.Module):
             # PatchSpectralIntegral.forward with the frame and segment sizes of the mesh's memo
             coeff = layer.mix(patch_coefficients(x, weight, geometry, layer.mode_index, self._zero))
             return patch_evaluate(coeff, geometry, layer.mode_index, self._zero)
-        kwargs = dict(patch=patches.patch, num_patches=patches.num_patches)
-        if isinstance(layer, PatchAttention):
-            kwargs.update(pairs=(patches_query or patches).pairs, geometry=geometry, layout=layout, p1_mass=p1_mass)
-        if x_query is not None:
-            if patches_query.unit is not None:
-                pos_query, weight_query = patches_query.unit
-            else:
-                pos_query, weight_query = _unit_length(pos_query, weight_query, patches_query)
-            kwargs.update(x_query=x_query, pos_query=pos_query, weight_query=weight_query,
-                          batch_query=batch_query, patch_query=patches_query.patch,
-                          num_patches_query=patches_query.num_patches)
-            if isinstance(layer, PatchAttention):
-                kwargs.update(geometry_query=patches_query.geometry, layout_query=layout_query)
-        return layer(x, pos, weight, batch, **kwargs)
+        if not isinstance(layer, PatchAttention):
+            if x_query is not None:
+                raise ValueError(f"a query side needs a PatchAttention, this mixer holds a {type(layer).__name__}")
+            return layer(x, pos, weight, batch, patch=patches.patch, num_patches=patches.num_patches)
+        side = PatchSide(patches.patch, 1.0, patches.num_patches, geometry, layout, p1_mass)
+        if x_query is None:
+            return layer(x, pos, weight, batch, patches=side, pairs=patches.pairs)
+        if patches_query.unit is not None:
+            pos_query, weight_query = patches_query.unit
+        else:
+            pos_query, weight_query = _unit_length(pos_query, weight_query, patches_query)
+        return layer(x, pos, weight, batch, patches=side, pairs=patches_query.pairs, x_query=x_query,
+                     pos_query=pos_query, weight_query=weight_query, batch_query=batch_query,
+                     patches_query=PatchSide(patches_query.patch, 1.0, patches_query.num_patches,
+                                             patches_query.geometry, layout_query))
 
 
 def _unit_length(pos: torch.Tensor, weight: torch.Tensor,

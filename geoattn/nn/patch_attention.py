@@ -4,7 +4,7 @@ r"""Patched attention on graph partitions (self and cross in one layer): softmax
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -22,7 +22,11 @@ from .patch_pairs import PatchPairs, pair_mix, pair_scores, patch_pairs
 from .spectral import (FourierFrame, ModeLinear, _cos_sin, _uses_nufft, _zero_index, fourier_coefficients,
                        fourier_evaluate, fourier_modes, patch_frame)
 
-__all__ = ["P1PatchGeometry", "PatchAttention", "PatchGeometry", "PatchPieces", "cell_pieces", "clipped_pieces",
+if TYPE_CHECKING:
+    from ..mesh.mesh import Layout
+
+__all__ = ["P1PatchGeometry", "PatchAttention", "PatchGeometry", "PatchPieces", "PatchSide", "cell_pieces",
+           "clipped_pieces",
            "concat_geometry", "concat_p1_geometry", "majority_patch", "p1_patch_geometry", "patch_coefficients",
            "patch_evaluate", "patch_geometry", "piece_corners", "region_centroids"]
 
@@ -43,6 +47,41 @@ class PatchGeometry(NamedTuple):
     order: torch.Tensor
     counts: tuple[int, ...]
     mass: torch.Tensor
+
+
+class PatchSide(NamedTuple):
+    r"""The patches of one side of a :class:`PatchAttention` (its source nodes, or the query nodes
+    of a cross-attention): what a model computes once per mesh and partition and passes as the
+    keyword ``patches`` (``patches_query``). The nodes' values, coordinates, weights and batch
+    vector travel separately, as everywhere.
+
+    Fields:
+
+    - ``patch``: patch of every node within its graph ``[N]``, in ``[0, num_patches)``;
+    - ``length``: patch length :math:`L` (float, default ``1``; the two sides of a
+      cross-attention share it);
+    - ``num_patches``: patches per graph :math:`P` (default ``None``: ``patch.max() + 1``, read
+      from the device);
+    - ``geometry``: the :class:`PatchGeometry` of the nodes with ``length`` (default ``None``:
+      the frames are computed from the nodes), for the spectral :math:`Q, K, V` without reading
+      the device;
+    - ``layout``: the batch :class:`~geoattn.mesh.Layout` of the nodes (default ``None``), for
+      the stencils made by the layer when it is not given ``pairs``;
+    - ``p1_mass``: the :class:`~geoattn.nn.patch_mass.P1PatchMass` of the nodes (default
+      ``None``; the source side of a self-attention with pointwise :math:`Q, K` only): the
+      scores are then the exact integrals of the piecewise-linear interpolants over the patches'
+      regions, :math:`s_{pq} = \tau L^{-d} q_p^\top M_p \tilde k_q` (:mod:`geoattn.nn.patch_mass`),
+      in place of the nodes' quadrature; the values are moved as without it.
+
+    The output of the layer is the same with or without ``geometry`` and ``layout``.
+    """
+
+    patch: torch.Tensor
+    length: float = 1.0
+    num_patches: int | None = None
+    geometry: PatchGeometry | None = None
+    layout: Layout | None = None
+    p1_mass: P1PatchMass | None = None
 
 
 def patch_geometry(pos: torch.Tensor, weight: torch.Tensor, patch: torch.Tensor, num_patches: int,
@@ -381,10 +420,11 @@ class PatchAttention(nn.Module):
         \mathrm{out}_i = W_O \sum_q a_{pq} \Big((W_V u)(\tilde x_i^{(q)}) + \mathrm{Re} \sum_m
         \widehat{V u}_q(m)\, e^{2\pi i\, m \cdot (x_i - c_p)/L}\Big).
 
-    With a query side (``x_query``, ``pos_query``, ``weight_query``, ``patch_query``) the layer is
-    patched cross-attention (Definitions 17–18): the patches :math:`p` of the query function on
-    one mesh attend to the :math:`O` patches :math:`q` of the source function ``x`` on another (the
-    number of patches may differ); :math:`\tilde x_i^{(q)}` is then a point of the source mesh.
+    With a query side (``x_query``, ``pos_query``, ``weight_query`` and its patches
+    ``patches_query``) the layer is patched cross-attention (Definitions 17–18): the patches
+    :math:`p` of the query function on one mesh attend to the :math:`O` patches :math:`q` of the
+    source function ``x`` on another (the number of patches may differ); :math:`\tilde x_i^{(q)}`
+    is then a point of the source mesh.
 
     Args:
         channels: model width :math:`C` (a multiple of ``num_heads``).
@@ -398,25 +438,13 @@ class PatchAttention(nn.Module):
 
     Shapes:
         - **input:** ``x [N, C]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional), and
-          the keywords ``patch [N]`` (patch index within its graph, in ``[0, P)``),
-          ``patch_length`` (float, default ``1``), ``num_patches`` (optional :math:`P`) and
-          ``pairs`` (optional :class:`~geoattn.nn.patch_pairs.PatchPairs` of the query and source
-          sides, computed when not given); for cross-attention the query side
-          ``x_query [Nq, C]``, ``pos_query [Nq, d]``, ``weight_query [Nq]``,
-          ``patch_query [Nq]``, ``batch_query [Nq]`` (give both batch vectors or neither) and
-          ``num_patches_query``.
-        - **structure** (optional, what a model computes once per mesh and partition):
-          ``geometry`` (and ``geometry_query`` for a query side), the :class:`PatchGeometry` of
-          the nodes with ``patch_length``, for the spectral :math:`Q, K, V` without reading the
-          device; ``layout`` and ``layout_query``, the batch :class:`~geoattn.mesh.Layout` of
-          each side, for the stencils made here when ``pairs`` is not given. The output is the
-          same with or without them.
-        - **p1_mass** (optional, pointwise :math:`Q, K, V` and self-attention only): the
-          :class:`~geoattn.nn.patch_mass.P1PatchMass` of the nodes (coordinates ``pos``, patches
-          ``patch``); given, the scores are the exact integrals of the piecewise-linear
-          interpolants over the patches' regions, :math:`s_{pq} = \tau L^{-d} q_p^\top M_p \tilde k_q`
-          (:mod:`geoattn.nn.patch_mass`), in place of the nodes' quadrature; the values are
-          moved as without it.
+          the keywords ``patches`` (:class:`PatchSide`: the patch of every node, the patch
+          length, and the structure a model computes once per mesh and partition) and ``pairs``
+          (optional :class:`~geoattn.nn.patch_pairs.PatchPairs` of the query and source sides,
+          computed when not given); for cross-attention the query side ``x_query [Nq, C]``,
+          ``pos_query [Nq, d]``, ``weight_query [Nq]``, ``batch_query [Nq]`` (give both batch
+          vectors or neither) and ``patches_query`` (:class:`PatchSide` of the query nodes, with
+          the same ``length``).
         - **output:** ``[N, C]``, or ``[Nq, C]`` with a query side.
     """
 
@@ -461,37 +489,41 @@ class PatchAttention(nn.Module):
         return torch.einsum("bjmhc,bkmhc->bjkh", q, k.conj()).real
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
-                batch: torch.Tensor | None = None, *, patch: torch.Tensor,
-                patch_length: float = 1.0, num_patches: int | None = None,
-                pairs: PatchPairs | None = None, geometry: PatchGeometry | None = None,
+                batch: torch.Tensor | None = None, *, patches: PatchSide, pairs: PatchPairs | None = None,
                 x_query: torch.Tensor | None = None, pos_query: torch.Tensor | None = None,
-                weight_query: torch.Tensor | None = None, patch_query: torch.Tensor | None = None,
-                batch_query: torch.Tensor | None = None,
-                num_patches_query: int | None = None, geometry_query: PatchGeometry | None = None,
-                layout=None, layout_query=None, p1_mass: P1PatchMass | None = None) -> torch.Tensor:
-        p = num_patches if num_patches is not None else int(patch.max()) + 1
+                weight_query: torch.Tensor | None = None, batch_query: torch.Tensor | None = None,
+                patches_query: PatchSide | None = None) -> torch.Tensor:
+        patch, patch_length, geometry, layout, p1_mass = (patches.patch, patches.length, patches.geometry,
+                                                          patches.layout, patches.p1_mass)
+        p = patches.num_patches if patches.num_patches is not None else int(patch.max()) + 1
         cross = x_query is not None
         if p1_mass is not None and self.spectral_qkv:
             raise ValueError("p1_mass (the P1 scores) is for pointwise Q, K (spectral_qkv=False)")
         if not cross:
-            if any(t is not None for t in (pos_query, weight_query, patch_query, batch_query,
-                                           num_patches_query)):
+            if any(t is not None for t in (pos_query, weight_query, batch_query, patches_query)):
                 raise ValueError("query keywords without x_query: pass x_query too")
-            x_query, pos_query, weight_query, patch_query, batch_query = x, pos, weight, patch, batch
-            pq = p
+            x_query, pos_query, weight_query, batch_query = x, pos, weight, batch
+            patch_query, pq, geometry_query, layout_query = patch, p, geometry, layout
         else:
-            if any(t is None for t in (pos_query, weight_query, patch_query)):
-                raise ValueError("a query side needs x_query, pos_query, weight_query and patch_query")
+            if any(t is None for t in (pos_query, weight_query, patches_query)):
+                raise ValueError("a query side needs x_query, pos_query, weight_query and patches_query")
             if (batch_query is None) != (batch is None):
                 raise ValueError("give both batch and batch_query, or neither")
-            pq = num_patches_query if num_patches_query is not None else int(patch_query.max()) + 1
+            if patches_query.length != patch_length:
+                raise ValueError(f"the two sides share one patch length: patches.length={patch_length}, "
+                                 f"patches_query.length={patches_query.length}")
+            if patches_query.p1_mass is not None:
+                raise ValueError("p1_mass (the P1 scores) is for self-attention: give it on patches, with no "
+                                 "query side")
+            patch_query, geometry_query, layout_query = (patches_query.patch, patches_query.geometry,
+                                                         patches_query.layout)
+            pq = (patches_query.num_patches if patches_query.num_patches is not None
+                  else int(patch_query.max()) + 1)
         if pairs is None:
             pairs = patch_pairs(pos, weight, patch, p, batch, pos_query=pos_query,
                                 weight_query=weight_query, patch_query=patch_query,
                                 num_patches_query=pq, batch_query=batch_query, layout=layout,
-                                layout_query=layout_query if cross else layout)
-        if not cross:
-            geometry_query = geometry
+                                layout_query=layout_query)
         if geometry is not None:
             mass = geometry.mass
         else:

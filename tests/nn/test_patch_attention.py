@@ -6,8 +6,9 @@ import torch
 
 from scipy.interpolate import LinearNDInterpolator
 
-from geoattn.mesh import families, from_meshio, partition, patch_centroids
-from geoattn.nn.patch_attention import PatchAttention
+from geoattn.mesh import Layout, families, from_meshio, partition, patch_centroids
+from geoattn.nn.patch_attention import PatchAttention, PatchSide, patch_geometry
+from geoattn.nn.patch_pairs import patch_pairs
 from geoattn.testing import (assert_convergence_rate, assert_duplication_invariant,
                              assert_permutation_equivariant, refinement_samples)
 
@@ -90,7 +91,7 @@ def test_equals_slow_reference(spectral_qkv):
     part = partition(data.pos, data.weight, 5, cells=data.cells)
     layer = PatchAttention(4, num_heads=2, modes=1, spectral_qkv=spectral_qkv).double()
     x = torch.randn(len(data.pos), 4, dtype=torch.float64)
-    out = layer(x, data.pos, data.weight, patch=part.assignment, patch_length=part.length)
+    out = layer(x, data.pos, data.weight, patches=PatchSide(part.assignment, part.length))
     expected = _slow(layer, x, data.pos, data.weight, part.assignment, part.length)
     assert torch.allclose(out, expected, atol=1e-10)
 
@@ -106,16 +107,21 @@ def test_cross_equals_slow_reference_on_two_meshes():
     length = max(part_a.length, part_b.length)
     layer = PatchAttention(2, num_heads=1, modes=1).double()
     xa, xb = torch.randn(len(a.pos), 2, dtype=torch.float64), torch.randn(len(b.pos), 2, dtype=torch.float64)
-    out = layer(xb, b.pos, b.weight, patch=part_b.assignment, patch_length=length,
-                x_query=xa, pos_query=a.pos, weight_query=a.weight, patch_query=part_a.assignment)
+    side_a, side_b = PatchSide(part_a.assignment, length), PatchSide(part_b.assignment, length)
+    out = layer(xb, b.pos, b.weight, patches=side_b, x_query=xa, pos_query=a.pos, weight_query=a.weight,
+                patches_query=side_a)
     assert out.shape == (len(a.pos), 2)
     expected = _slow(layer, xb, b.pos, b.weight, part_b.assignment, length,
                      xa, a.pos, a.weight, part_a.assignment)
     assert torch.allclose(out, expected, atol=1e-10)
-    itself = layer(xb, b.pos, b.weight, patch=part_b.assignment, patch_length=length, x_query=xb,
-                   pos_query=b.pos, weight_query=b.weight, patch_query=part_b.assignment)
-    assert torch.equal(itself, layer(xb, b.pos, b.weight, patch=part_b.assignment,
-                                     patch_length=length))
+    itself = layer(xb, b.pos, b.weight, patches=side_b, x_query=xb, pos_query=b.pos, weight_query=b.weight,
+                   patches_query=side_b)
+    assert torch.equal(itself, layer(xb, b.pos, b.weight, patches=side_b))
+    with pytest.raises(ValueError, match="share one patch length"):
+        layer(xb, b.pos, b.weight, patches=side_b, x_query=xa, pos_query=a.pos, weight_query=a.weight,
+              patches_query=side_a._replace(length=2 * length))
+    with pytest.raises(ValueError, match="query keywords without x_query"):
+        layer(xb, b.pos, b.weight, patches=side_b, patches_query=side_a)
 
 
 @pytest.mark.parametrize("spectral_qkv", [False, True])
@@ -139,7 +145,7 @@ def test_identity_maps_return_constants_exactly_and_linear_functions_exactly(spe
         layer.out.weight.copy_(torch.eye(3))
     x, y = pos[:, 0], pos[:, 1]
     u = torch.stack([torch.full_like(x, 2.5), 1 + 2 * x - 3 * y, 0.5 * x + y], 1)
-    out = layer(u, pos, weight, patch=part.assignment, patch_length=part.length)
+    out = layer(u, pos, weight, patches=PatchSide(part.assignment, part.length))
     assert torch.allclose(out[:, 0], torch.full_like(x, 2.5), atol=1e-12)
     centre = patch_centroids(pos, weight, part.assignment, 16)
     moved = pos - centre[part.assignment] + centre.mean(0)
@@ -148,8 +154,8 @@ def test_identity_maps_return_constants_exactly_and_linear_functions_exactly(spe
     # on an irregular mesh with non-congruent METIS patches constants are still exact
     data = from_meshio(families.unit_square(9, "irregular"), dtype=torch.float64)
     part = partition(data.pos, data.weight, 6, cells=data.cells)
-    out = layer(torch.full((len(data.pos), 3), 2.5, dtype=torch.float64), data.pos, data.weight, patch=part.assignment,
-                patch_length=part.length)
+    out = layer(torch.full((len(data.pos), 3), 2.5, dtype=torch.float64), data.pos, data.weight,
+                patches=PatchSide(part.assignment, part.length))
     assert torch.allclose(out[:, 0], torch.full((len(data.pos),), 2.5, dtype=torch.float64), atol=1e-12)
 
 
@@ -169,9 +175,8 @@ def test_cross_batch_equals_each_pair_alone():
 
     def call(source, query, batch=None, batch_query=None):
         (x, pos, w, patch), (xq, pq, wq, patch_q) = source, query
-        return layer(x, pos, w, batch, patch=patch, patch_length=0.6, num_patches=4, x_query=xq,
-                     pos_query=pq, weight_query=wq, patch_query=patch_q, batch_query=batch_query,
-                     num_patches_query=3)
+        return layer(x, pos, w, batch, patches=PatchSide(patch, 0.6, 4), x_query=xq, pos_query=pq,
+                     weight_query=wq, batch_query=batch_query, patches_query=PatchSide(patch_q, 0.6, 3))
 
     alone = torch.cat([call(source, query) for source, query in pairs])
     source, query = ([torch.cat(t) for t in zip(*side)] for side in zip(*pairs))
@@ -181,7 +186,7 @@ def test_cross_batch_equals_each_pair_alone():
     with pytest.raises(ValueError, match="give both batch and batch_query"):
         call(source, query, batch)
     with pytest.raises(ValueError, match="a query side needs"):
-        layer(*source[:3], patch=source[3], x_query=query[0])
+        layer(*source[:3], patches=PatchSide(source[3]), x_query=query[0])
 
 
 def test_batch_and_node_count_independence():
@@ -195,13 +200,12 @@ def test_batch_and_node_count_independence():
         part = partition(d.pos, d.weight, 4, method="rcb")
         graphs.append((torch.randn(len(d.pos), 4, dtype=torch.float64), d.pos, d.weight, part.assignment))
     length = 0.8
-    alone = torch.cat([layer(x, p, w, patch=pa, patch_length=length) for x, p, w, pa in graphs])
+    alone = torch.cat([layer(x, p, w, patches=PatchSide(pa, length)) for x, p, w, pa in graphs])
     batch = torch.repeat_interleave(torch.tensor([len(g[0]) for g in graphs]))
     x, p, w, pa = [torch.cat([g[k] for g in graphs]) for k in range(4)]
-    assert torch.allclose(layer(x, p, w, batch, patch=pa, patch_length=length), alone, atol=1e-12)
+    assert torch.allclose(layer(x, p, w, batch, patches=PatchSide(pa, length)), alone, atol=1e-12)
     x, p, w, pa = graphs[0]
-    fn = lambda x_, p_, w_, b_=None: layer(x_, p_, w_, b_, patch=_patch_of(p_, p, pa),
-                                           patch_length=length)
+    fn = lambda x_, p_, w_, b_=None: layer(x_, p_, w_, b_, patches=PatchSide(_patch_of(p_, p, pa), length))
     assert_permutation_equivariant(fn, x, p, w)
     assert_duplication_invariant(fn, x, p, w, 3)
 
@@ -241,8 +245,7 @@ def test_converges_across_graded_mesh_and_refinements(graded_refinements, method
     outs = []
     with torch.no_grad():
         for u, pos, w, _ in samples:
-            outs.append(layer(u, pos, w, patch=part.transfer(pos),
-                              patch_length=part.length)[:len(coarse.pos)])
+            outs.append(layer(u, pos, w, patches=PatchSide(part.transfer(pos), part.length))[:len(coarse.pos)])
     errors = [(o - outs[-1]).norm().item() / outs[-1].norm().item() for o in outs[:-1]]
     hs = [s[3] for s in samples[:-1]]
     assert_convergence_rate(hs[1:], errors[1:], expected=order, tol=0.3)
@@ -250,8 +253,7 @@ def test_converges_across_graded_mesh_and_refinements(graded_refinements, method
     # plain averages over nodes (uniform weights) converge to another operator on a graded mesh
     u, pos, w, _ = samples[-1]
     with torch.no_grad():
-        plain = layer(u, pos, torch.full_like(w, 1.0 / len(w)), patch=part.transfer(pos),
-                      patch_length=part.length)
+        plain = layer(u, pos, torch.full_like(w, 1.0 / len(w)), patches=PatchSide(part.transfer(pos), part.length))
     assert (plain[:len(coarse.pos)] - outs[-1]).norm() / outs[-1].norm() > 3 * errors[-1]
 
 
@@ -268,8 +270,26 @@ def test_float32():
     d = from_meshio(families.unit_square(6, "irregular"), dtype=torch.float32)
     part = partition(d.pos, d.weight, 4, cells=d.cells)
     layer = PatchAttention(4, num_heads=2, modes=2, spectral_qkv=True)
-    out = layer(torch.randn(len(d.pos), 4), d.pos, d.weight, patch=part.assignment,
-                patch_length=part.length)
+    out = layer(torch.randn(len(d.pos), 4), d.pos, d.weight, patches=PatchSide(part.assignment, part.length))
     assert out.dtype == torch.float32 and torch.isfinite(out).all()
     out.sum().backward()
     assert layer.q.weight.grad is not None
+
+
+@pytest.mark.parametrize("spectral_qkv", [False, True])
+def test_structure_of_the_patch_side_changes_nothing(spectral_qkv):
+    """The geometry, layout and stencils a model computes once per mesh and partition, passed in
+    the :class:`PatchSide` and as ``pairs``, give the output the layer computes without them (a
+    batch of two graphs)."""
+    torch.manual_seed(0)
+    layer = PatchAttention(4, num_heads=2, modes=1, spectral_qkv=spectral_qkv).double()
+    graphs = [from_meshio(families.unit_square(n, "irregular", seed=n), dtype=torch.float64) for n in (6, 5)]
+    patch = torch.cat([partition(d.pos, d.weight, 4, method="rcb").assignment for d in graphs])
+    pos, weight = torch.cat([d.pos for d in graphs]), torch.cat([d.weight for d in graphs])
+    counts = [len(d.pos) for d in graphs]
+    batch = torch.repeat_interleave(torch.tensor(counts))
+    x = torch.randn(len(pos), 4, dtype=torch.float64)
+    bare = layer(x, pos, weight, batch, patches=PatchSide(patch, 0.7, 4))
+    side = PatchSide(patch, 0.7, 4, patch_geometry(pos, weight, patch, 4, batch, 0.7), Layout(tuple(counts)))
+    given = layer(x, pos, weight, batch, patches=side, pairs=patch_pairs(pos, weight, patch, 4, batch))
+    assert torch.allclose(given, bare, atol=1e-12)
