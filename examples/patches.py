@@ -21,7 +21,7 @@ import torch
 
 from geoattn import testing
 from geoattn.mesh import families, from_meshio, partition
-from geoattn.nn import PatchAttention
+from geoattn.nn import PatchAttention, PatchSide
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def main(levels: int = 3, patches: int = 8, seed: int = 0, method: str = "metis"
         for u, pos, w, _ in samples:
             patch = part.transfer(pos)  # the same subdomains on every mesh
             v = torch.tanh(lift(u))
-            out = attention(v, pos, w, patch=patch, patch_length=part.length, num_patches=patches)
+            out = attention(v, pos, w, patches=PatchSide(patch, part.length, patches))
             outputs.append(out[:len(coarse.pos)])
     return testing.differences_to_finest(outputs, samples, skip=1, log=log)
 

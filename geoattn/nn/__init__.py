@@ -11,7 +11,7 @@ from .continuum_attention import ContinuumAttention
 from .galerkin_attention import FourierAttention, GalerkinAttention
 from .graph_kernel import GraphKernelIntegral
 from .local_integral import LocalIntegral
-from .patch_attention import PatchAttention
+from .patch_attention import PatchAttention, PatchSide
 from .slice_attention import SliceAttention
 from .spectral import PatchSpectralIntegral, SpectralIntegral, SpectralSmoothing
 
@@ -22,6 +22,7 @@ __all__ = [
     "GraphKernelIntegral",
     "LocalIntegral",
     "PatchAttention",
+    "PatchSide",
     "PatchSpectralIntegral",
     "SliceAttention",
     "SpectralIntegral",
