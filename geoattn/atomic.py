@@ -111,13 +111,18 @@ class GuardedFile(io.RawIOBase):
     HDF5 cannot recover from a failed write: the handle is left broken, and closing it crashes
     the process (a segmentation fault, after pages of tracebacks). With this file HDF5 never sees
     one, and the caller raises :attr:`error` (:meth:`check`) after closing the handle, before
-    flagging anything whose values may be incomplete, or instead of publishing the file.
+    flagging anything whose values may be incomplete, or instead of publishing the file. From the
+    first failure on, what HDF5 writes is kept in memory and read back from there (HDF5 reads its
+    own metadata again), so it sees a consistent file until the caller stops; callers check
+    after every sample, which bounds that memory by one sample.
     """
 
     def __init__(self, path: str | Path, mode: str):
         super().__init__()
         self._fh = open(path, mode, buffering=0)
         self.error: OSError | None = None
+        self._overlay: list[tuple[int, bytes]] = []  # what was written after the first failure
+        self._size: int | None = None  # the file's size as HDF5 sees it, after the first failure
 
     def readable(self) -> bool:
         return True
@@ -129,16 +134,38 @@ class GuardedFile(io.RawIOBase):
         return True
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        if whence == os.SEEK_END and self._size is not None:
+            return self._fh.seek(self._size + offset, os.SEEK_SET)
         return self._fh.seek(offset, whence)
 
     def tell(self) -> int:
         return self._fh.tell()
 
     def readinto(self, buffer) -> int:
-        return self._fh.readinto(buffer)
+        start = self._fh.tell()
+        got = self._fh.readinto(buffer)
+        if self._size is None:
+            return got
+        view = memoryview(buffer).cast("B")
+        want = max(0, min(len(view), self._size - start))
+        view[got:want] = bytes(want - got) if want > got else b""
+        for offset, data in self._overlay:  # later writes win
+            lo, hi = max(offset, start), min(offset + len(data), start + want)
+            if lo < hi:
+                view[lo - start:hi - start] = data[lo - offset:hi - offset]
+        self._fh.seek(start + want)
+        return want
+
+    def _fail(self, err: OSError) -> None:
+        if self.error is None:
+            self.error = err
+            here = self._fh.tell()
+            self._size = self._fh.seek(0, os.SEEK_END)
+            self._fh.seek(here)
 
     def write(self, data) -> int:
         view = memoryview(data).cast("B")
+        start = self._fh.tell()
         if self.error is None:
             try:
                 done = 0
@@ -146,16 +173,22 @@ class GuardedFile(io.RawIOBase):
                     done += self._fh.write(view[done:])
                 return len(view)
             except OSError as err:
-                self.error = err
-        self._fh.seek(len(view), os.SEEK_CUR)
+                self._fail(err)
+                self._fh.seek(start)
+        self._overlay.append((start, bytes(view)))
+        self._size = max(self._size, start + len(view))
+        self._fh.seek(start + len(view))
         return len(view)
 
     def truncate(self, size: int | None = None) -> int:
-        try:
-            return self._fh.truncate(size)
-        except OSError as err:
-            self.error = self.error or err
-            return self._fh.tell() if size is None else size
+        size = self._fh.tell() if size is None else size
+        if self.error is None:
+            try:
+                return self._fh.truncate(size)
+            except OSError as err:
+                self._fail(err)
+        self._size = size
+        return size
 
     def flush(self) -> None:
         return None
@@ -163,6 +196,7 @@ class GuardedFile(io.RawIOBase):
     def close(self) -> None:
         if not self._fh.closed:
             self._fh.close()
+        self._overlay.clear()
         super().close()
 
     def check(self, what: str, advice: str = "") -> None:

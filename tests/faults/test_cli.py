@@ -258,3 +258,25 @@ def test_half_precision_inputs_name_the_dtypes():
         model(x, pos.double(), w)
     assert model.double()(x.double(), pos.double(), w.double()).dtype == torch.float64
 
+
+
+@pytest.mark.parametrize("fail", ["csv", "plot"])
+def test_a_full_disk_during_evaluate_is_one_line_and_leaves_nothing_partial(files, tmp_path, monkeypatch, capsys,
+                                                                               fail):
+    """The disk fills while ``evaluate --out`` writes its table or its figure: one line, exit
+    code 2, no half-written file under its final name and no temporary folder left."""
+    from geoattn.eval import crossmesh
+
+    def half_written(*args):
+        Path(args[-1]).write_bytes(b"model,mesh,err")  # a partial table or figure, then ENOSPC
+        raise OSError(28, "No space left on device")
+
+    if fail == "csv":
+        monkeypatch.setattr(crossmesh.CrossMeshReport, "write_csv", half_written)
+    else:
+        monkeypatch.setattr("geoattn.eval.plot_errors", half_written)
+    args = [a.format(d=files, tmp=tmp_path) for a in EVALUATE]
+    name = "crossmesh.csv" if fail == "csv" else "errors.png"
+    refused(args, capsys, f"cannot write \\S*{name}: No space left on device", OutputError)
+    left = sorted(p.name for p in (tmp_path / "ev").iterdir()) if (tmp_path / "ev").exists() else []
+    assert name not in left and not [n for n in left if n.endswith(".tmp")], left
