@@ -16,6 +16,7 @@ continuum operators:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -35,7 +36,7 @@ from .base import NeuralOperator
 from .encoder import CoordinateFeatures, PointwiseMLP
 
 __all__ = ["GridStencil", "MultigridOperator", "Restriction", "VCycle", "check_box", "covering_box", "grid_stencil",
-           "prolong_to_nodes", "restrict", "restriction", "simplex_points"]
+           "prolong_to_nodes", "restrict", "restriction", "restriction_entries", "simplex_points"]
 
 #: margin of a fitted box on every side, as a fraction of the data's largest extent
 BOX_MARGIN = 0.01
@@ -188,43 +189,292 @@ def simplex_points(pos: torch.Tensor, cells: torch.Tensor, k: int) -> tuple[torc
     return points, weights, bary.repeat(t_count, 1)
 
 
+#: the kept restriction may take at most this many bytes unless ``max_bytes`` says otherwise
+RESTRICTION_MAX_BYTES = 4 * 2**30
+#: pieces integrated at once (bounds the build's working memory)
+_CHUNK = 8192
+
+# Cutting a simplex whose vertices are sorted by a coordinate f at a plane f = s with m vertices
+# at or below it: slots 0..d are the sorted vertices, then the points p_ij (i < j) of the edges,
+# in the order of itertools.combinations; each piece is d + 1 slots.
+_PAIRS = {d: list(itertools.combinations(range(d + 1), 2)) for d in (1, 2, 3)}
+
+
+def _slot(d: int, i: int, j: int) -> int:
+    return d + 1 + _PAIRS[d].index((i, j))
+
+
+def _prism(a: Sequence[int], b: Sequence[int]) -> list[tuple[int, ...]]:
+    """The prism with triangles ``a``, ``b`` (edges ``a_i b_i``) as three tetrahedra."""
+    return [(a[0], a[1], a[2], b[0]), (a[1], a[2], b[0], b[1]), (a[2], b[0], b[1], b[2])]
+
+
+def _cut_table(d: int) -> dict[int, list[tuple[int, ...]]]:
+    p = functools.partial(_slot, d)
+    if d == 1:
+        return {1: [(0, p(0, 1)), (p(0, 1), 1)]}
+    if d == 2:
+        return {1: [(0, p(0, 1), p(0, 2)), (1, 2, p(0, 2)), (1, p(0, 2), p(0, 1))],
+                2: [(0, 1, p(1, 2)), (0, p(1, 2), p(0, 2)), (2, p(0, 2), p(1, 2))]}
+    return {1: [(0, p(0, 1), p(0, 2), p(0, 3))] + _prism((1, 2, 3), (p(0, 1), p(0, 2), p(0, 3))),
+            2: _prism((0, p(0, 2), p(0, 3)), (1, p(1, 2), p(1, 3))) + _prism((2, p(0, 2), p(1, 2)), (3, p(0, 3), p(1, 3))),
+            3: [(3, p(0, 3), p(1, 3), p(2, 3))] + _prism((0, 1, 2), (p(0, 3), p(1, 3), p(2, 3)))}
+
+
+# Red refinement: slots 0..d the vertices, then the edges' midpoints (same order as _PAIRS).
+def _red_tables(d: int) -> list[list[tuple[int, ...]]]:
+    """The children of a simplex under red refinement, one table per choice of the inner
+    octahedron's diagonal in 3-D (``m02-m13``, ``m01-m23``, ``m03-m12``)."""
+    m = functools.partial(_slot, d)
+    if d == 1:
+        return [[(0, m(0, 1)), (m(0, 1), 1)]]
+    if d == 2:
+        return [[(0, m(0, 1), m(0, 2)), (1, m(1, 2), m(0, 1)), (2, m(0, 2), m(1, 2)), (m(0, 1), m(1, 2), m(0, 2))]]
+    corners = [(0, m(0, 1), m(0, 2), m(0, 3)), (1, m(0, 1), m(1, 2), m(1, 3)), (2, m(0, 2), m(1, 2), m(2, 3)),
+               (3, m(0, 3), m(1, 3), m(2, 3))]
+    tables = []
+    for (a, b), ring in (((m(0, 2), m(1, 3)), (m(0, 1), m(0, 3), m(2, 3), m(1, 2))),
+                         ((m(0, 1), m(2, 3)), (m(0, 2), m(0, 3), m(1, 3), m(1, 2))),
+                         ((m(0, 3), m(1, 2)), (m(0, 1), m(0, 2), m(2, 3), m(1, 3)))):
+        tables.append(corners + [(a, b, ring[i], ring[(i + 1) % 4]) for i in range(4)])
+    return tables
+
+
+def _refine(simplices: torch.Tensor, parent: torch.Tensor, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Red refinement of ``simplices [S, d + 1, D]`` (first ``d`` columns the coordinates, the rest
+    carried along linearly): ``2^d`` children each, the shortest octahedron diagonal in 3-D."""
+    mids = torch.stack([(simplices[:, i] + simplices[:, j]) / 2 for i, j in _PAIRS[d]], 1)
+    ext = torch.cat([simplices, mids], 1)  # (S, slots, D)
+    tables = _red_tables(d)
+    if len(tables) == 1:
+        choice = torch.zeros(len(simplices), dtype=torch.long, device=simplices.device)
+    else:
+        lengths = torch.stack([(ext[:, t[-1][0], :d] - ext[:, t[-1][1], :d]).norm(dim=-1) for t in tables], 1)
+        choice = lengths.argmin(1)
+    out, parents = [], []
+    for c, table in enumerate(tables):
+        sel = choice == c
+        index = torch.tensor(table, device=simplices.device)  # (children, d + 1)
+        out.append(ext[sel][:, index].reshape(-1, d + 1, ext.shape[-1]))
+        parents.append(parent[sel].repeat_interleave(len(table)))
+    return torch.cat(out), torch.cat(parents)
+
+
+def _cut(simplices: torch.Tensor, parent: torch.Tensor, axis: int, plane: torch.Tensor,
+         d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cut ``simplices [S, d + 1, D]`` (each crossing its ``plane``, a value of coordinate ``axis``)
+    into simplices on either side; the cut points lie exactly on the plane."""
+    f = simplices[:, :, axis]
+    order = f.argsort(1)
+    v = simplices.gather(1, order[:, :, None].expand_as(simplices))  # sorted by f: (S, d + 1, D)
+    f = v[:, :, axis]
+    points = []
+    for i, j in _PAIRS[d]:
+        gap = f[:, j] - f[:, i]
+        lam = ((plane - f[:, i]) / torch.where(gap > 0, gap, 1)).clamp(0, 1)
+        p = v[:, i] + lam[:, None] * (v[:, j] - v[:, i])
+        p[:, axis] = plane
+        points.append(p)
+    ext = torch.cat([v, torch.stack(points, 1)], 1)  # (S, slots, D)
+    below = (f <= plane[:, None]).sum(1)  # m, 1..d
+    out, parents = [], []
+    for m, table in _cut_table(d).items():
+        sel = below == m
+        index = torch.tensor(table, device=simplices.device)
+        out.append(ext[sel][:, index].reshape(-1, d + 1, ext.shape[-1]))
+        parents.append(parent[sel].repeat_interleave(len(table)))
+    return torch.cat(out), torch.cat(parents)
+
+
+def _pieces(u: torch.Tensor, parent: torch.Tensor, sizes: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Simplices ``u [S, d + 1, D]`` whose first ``d`` columns are coordinates in units of the
+    grid's cells (the centres at the integers ``0 .. n_k - 1``), cut into pieces each inside
+    one box between neighbouring centres (or past the outer ones) on every axis: red-refined
+    until no simplex spans more than one cell on any axis, then cut at the centres' planes."""
+    d = u.shape[1] - 1
+    done_u, done_p = [], []
+    while len(u):
+        extent = (u[:, :, :d].amax(1) - u[:, :, :d].amin(1)).amax(1)
+        large = extent > 1
+        done_u.append(u[~large])
+        done_p.append(parent[~large])
+        u, parent = _refine(u[large], parent[large], d) if bool(large.any()) else (u[:0], parent[:0])
+    u, parent = torch.cat(done_u), torch.cat(done_p)
+    for axis, n in enumerate(sizes):
+        done_u, done_p = [], []
+        while len(u):
+            f = u[:, :, axis]
+            plane = (f.amin(1).floor() + 1).clamp(min=0)  # the first centre above the lowest vertex
+            cross = (plane < f.amax(1)) & (plane <= n - 1)
+            done_u.append(u[~cross])
+            done_p.append(parent[~cross])
+            u, parent = _cut(u[cross], parent[cross], axis, plane[cross], d) if bool(cross.any()) else (u[:0], parent[:0])
+        u, parent = torch.cat(done_u), torch.cat(done_p)
+    return u, parent
+
+
+@functools.lru_cache(maxsize=None)
+def _piece_rule(d: int) -> tuple[np.ndarray, np.ndarray]:
+    r"""A rule on the unit simplex exact for polynomials of degree :math:`d + 1` (the multilinear
+    :math:`\phi_c` times the affine :math:`\lambda_i`): Gauss-Jacobi in collapsed coordinates,
+    :math:`k = \lceil (d + 2) / 2 \rceil` points per axis (degree :math:`2k - 1`):
+    ``(barycentric [k^d, d + 1], weights [k^d])``, the weights summing to 1."""
+    from scipy.special import roots_jacobi
+
+    k = math.ceil((d + 2) / 2)
+    axes = []
+    for m in range(d):  # the collapsed coordinate t_m carries the weight (1 - t_m)^(d - 1 - m)
+        x, w = roots_jacobi(k, d - 1 - m, 0)
+        axes.append(((x + 1) / 2, w / 2 ** (d - m)))
+    t = np.stack(np.meshgrid(*(a[0] for a in axes), indexing="ij"), -1).reshape(-1, d)
+    w = np.stack(np.meshgrid(*(a[1] for a in axes), indexing="ij"), -1).reshape(-1, d).prod(1)
+    lam, rest = [], np.ones(len(t))
+    for m in range(d):
+        lam.append(t[:, m] * rest)
+        rest = rest * (1 - t[:, m])
+    return np.stack([rest, *lam], 1), w / w.sum()
+
+
+def _integrate_pieces(u: torch.Tensor, parent: torch.Tensor, cells: torch.Tensor, sizes: Sequence[int],
+                      cell_volume: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r"""The entries :math:`\int_P \phi_c \lambda_i` of pieces ``u [P, d + 1, d + d + 1]`` (grid-unit
+    coordinates, then the barycentric coordinates in the parent cell), exactly up to rounding:
+    ``(rows, cols, values)``, ``P 2^d (d + 1)`` each."""
+    d = len(sizes)
+    mu, omega = (torch.as_tensor(a, dtype=u.dtype, device=u.device) for a in _piece_rule(d))
+    coords, bary = u[:, :, :d], u[:, :, d:]
+    volume = torch.linalg.det(coords[:, 1:] - coords[:, :1]).abs() * (cell_volume / math.factorial(d))  # (P,)
+    size = torch.tensor(sizes, device=u.device)
+    first = torch.minimum(coords.mean(1).floor().long().clamp(min=0), size - 2)  # (P, d): the piece's box
+    points = torch.einsum("qv,pvd->pqd", mu, coords)  # (P, Q, d)
+    frac = (points - first[:, None]).clamp(0, 1)  # (P, Q, d)
+    factors = torch.stack([1 - frac, frac], -1)  # (P, Q, d, 2): the 1-D hats of the box's two corners
+    phi = factors[:, :, 0]
+    for k in range(1, d):  # corners in the order of itertools.product((0, 1), repeat=d)
+        phi = (phi[:, :, :, None] * factors[:, :, k, None, :]).reshape(len(u), len(omega), -1)  # (P, Q, 2^k)
+    strides = torch.tensor([math.prod(sizes[k + 1:]) for k in range(d)], device=u.device)
+    offsets = torch.tensor(list(itertools.product((0, 1), repeat=d)), device=u.device) @ strides  # (2^d,)
+    rows = (first @ strides)[:, None] + offsets  # (P, 2^d)
+    # int_P phi_c lambda_i = |P| sum_q omega_q phi_c(x_q) sum_v mu_qv bary_vi
+    at_points = torch.einsum("qv,pvi->pqi", mu, bary)  # (P, Q, d + 1): the parent's lambda_i at the points
+    vals = torch.bmm((phi * omega[:, None]).transpose(1, 2), at_points) * volume[:, None, None]  # (P, 2^d, d + 1)
+    rows = rows[:, :, None].expand_as(vals)
+    cols = cells[parent][:, None, :].expand_as(vals)
+    return rows.reshape(-1), cols.reshape(-1), vals.reshape(-1)
+
+
+def restriction_entries(pos: torch.Tensor, cells: torch.Tensor, box: torch.Tensor, shape: Sequence[int]) -> int:
+    r"""An upper bound on the entries that :func:`restriction` keeps for the simplex ``cells``
+    (and on those it holds while it builds them), computed in :math:`O(T d)` before building:
+
+    .. math::
+        E = (d + 1) \sum_T \prod_{k=1}^d \big(\min(\lfloor u^+_{Tk} \rfloor, n_k - 2)
+            - \max(\lfloor u^-_{Tk} \rfloor, 0) + 2\big),
+
+    :math:`u^\pm_{Tk}` the extreme coordinates of cell :math:`T` along axis :math:`k` in units of
+    the grid's cells from the first centre (each piece of :math:`T` adds the :math:`2^d` corners
+    of its box times the :math:`d + 1` nodes of :math:`T`). For a mesh whose cells are smaller than
+    the grid's, :math:`E \le (d + 1)\, 3^d\, T`; for a mesh coarser than the grid, about
+    :math:`(d + 1)` times the grid cells the domain covers."""
+    d = pos.shape[1]
+    size = torch.tensor(shape, device=pos.device)
+    lo, side = box[0].to(pos), (box[1] - box[0]).to(pos) / size.to(pos)
+    total = 0
+    for start in range(0, len(cells), 2**20):
+        u = (pos[cells[start:start + 2**20]] - lo) / side - 0.5  # (T, d + 1, d)
+        a = u.amin(1).floor().long().clamp(min=0, max=None)
+        b = torch.minimum(u.amax(1).floor().long(), size - 2)
+        total += int(((b - torch.minimum(a, size - 2)).clamp(min=0) + 2).prod(1).sum())
+    return (d + 1) * total
+
+
+def _coalesced(rows: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, size: int, n: int):
+    m = torch.sparse_coo_tensor(torch.stack([rows, cols]), vals, (size, n), check_invariants=True).coalesce()
+    return m.indices(), m.values()
+
+
 def restriction(pos: torch.Tensor, weight: torch.Tensor, cells: torch.Tensor | None, box: torch.Tensor,
-                shape: Sequence[int], points_per_cell: int = 8) -> Restriction:
+                shape: Sequence[int], points_per_cell: int | None = None, *,
+                max_bytes: int | None = None) -> Restriction:
     r"""The map :math:`h \mapsto \big(\int_D \phi_c\, I_h h\big)_c` of one graph's node values
     to the first grid, with :math:`I_h h` the piecewise-linear interpolant on the mesh's simplex
-    ``cells``, integrated by :func:`simplex_points` with ``k >= 2`` points per axis (exact for
-    the affine :math:`\lambda_i`), ``k`` chosen so that the points are about ``points_per_cell``
-    times as dense as the grid's cells (so the rule
-    resolves :math:`\phi_c` on every mesh, however coarse or fine against the grid: the rule's
-    error for the kinks of :math:`\phi_c` falls as ``points_per_cell ** -2``, and once the cells
-    are finer than that, as :math:`h^2`); the measure
-    is then the cells' and ``weight`` is not read. Without simplex cells (``None``, or cells of
-    another kind), the nodes' quadrature: entries :math:`w_i \phi_c(x_i)`."""
+    ``cells`` (the measure is then the cells' and ``weight`` is not read).
+
+    The entries :math:`\int_T \phi_c \lambda_i` are exact integrals (to rounding) on every mesh,
+    however coarse or fine against the grid: each cell is red-refined until it spans at most one
+    grid cell per axis, then cut at the planes of the grid's cell centres (where :math:`\phi_c`
+    has its kinks) into simplices inside one box of :math:`\phi_c`'s pieces, on which
+    :math:`\phi_c \lambda_i` is a polynomial of degree :math:`d + 1` that a rule of
+    :math:`\lceil (d + 2) / 2 \rceil^d` points integrates exactly. A mesh finer than the grid
+    has about :math:`T (1 + 2 h / H)^d` pieces for cells of size :math:`h` and grid cells of
+    size :math:`H`. The build runs in chunks of cells (its working memory is bounded by the
+    chunk, a few tens of MiB) and keeps at most :func:`restriction_entries` entries, each an
+    ``int64`` row and column and a value (24 bytes in float64, 20 in float32): a build whose
+    bound exceeds ``max_bytes`` (default :data:`RESTRICTION_MAX_BYTES`) is refused with
+    :class:`~geoattn.errors.TooLargeError` before any work.
+
+    ``points_per_cell`` (an int) selects the former rule instead, kept for checkpoints of earlier
+    releases: :func:`simplex_points` with ``k`` points per axis, ``k`` about ``points_per_cell``
+    times the mesh's largest cell diameter over the grid's smallest side (``2 <= k <= 16``),
+    whose error for the kinks of :math:`\phi_c` falls as ``points_per_cell ** -2``.
+
+    Without simplex cells (``None``, or cells of another kind), the nodes' quadrature: entries
+    :math:`w_i \phi_c(x_i)`."""
     size = math.prod(shape)
     if cells is None or cells.shape[1] != pos.shape[1] + 1:
         stencil = grid_stencil(pos, None, box, shape, 1)
         rows = stencil.index.reshape(-1)
         cols = torch.arange(len(pos), device=pos.device).repeat_interleave(stencil.index.shape[1])
         vals = (weight[:, None] * stencil.value).reshape(-1)
+        (rows, cols), vals = _coalesced(rows, cols, vals, size, len(pos))
     else:
-        side = ((box[1] - box[0]) / torch.tensor(shape, dtype=pos.dtype, device=pos.device)).min()
-        corners = pos[cells]
-        diameter = (corners[:, :, None] - corners[:, None]).norm(dim=-1).amax()
-        k = max(2, min(16, math.ceil(points_per_cell * float(diameter / side))))
-        points, w, bary = simplex_points(pos, cells, k)
-        stencil = grid_stencil(points, None, box, shape, 1)
-        per = k ** (cells.shape[1] - 1)
-        nodes = cells.repeat_interleave(per, 0)  # (Q, d + 1)
-        c, v = stencil.index.shape[1], cells.shape[1]
-        rows = stencil.index[:, :, None].expand(-1, c, v).reshape(-1)
-        cols = nodes[:, None, :].expand(-1, c, v).reshape(-1)
-        vals = (w[:, None, None] * stencil.value[:, :, None] * bary[:, None, :]).reshape(-1)
-    matrix = torch.sparse_coo_tensor(torch.stack([rows, cols]), vals, (size, len(pos)), check_invariants=True).coalesce()
+        d = pos.shape[1]
+        entries = restriction_entries(pos, cells, box, shape)
+        limit = RESTRICTION_MAX_BYTES if max_bytes is None else max_bytes
+        need = entries * (16 + pos.element_size())
+        if need > limit:
+            from ..errors import TooLargeError
+
+            raise TooLargeError(
+                f"the multigrid restriction of a mesh of {len(cells)} cells onto a {'x'.join(map(str, shape))} grid "
+                f"may keep up to {entries} entries ({need / 2**30:.2f} GiB), over the limit of {limit / 2**30:.2f} GiB; "
+                "give the model a coarser first grid (grid=), or coarsen the mesh")
+        parts = []
+        if points_per_cell is None:
+            side = (box[1] - box[0]).to(pos) / torch.tensor(shape, dtype=pos.dtype, device=pos.device)
+            cell_volume = float(side.prod())
+            eye = torch.eye(d + 1, dtype=pos.dtype, device=pos.device)
+            step = max(1, _CHUNK // 8)
+            for start in range(0, len(cells), step):
+                chunk = cells[start:start + step]
+                u = torch.cat([(pos[chunk] - box[0].to(pos)) / side - 0.5, eye.expand(len(chunk), -1, -1)], -1)
+                pieces, parent = _pieces(u, torch.arange(len(chunk), device=pos.device), shape)
+                for at in range(0, len(pieces), _CHUNK):
+                    r, c, v = _integrate_pieces(pieces[at:at + _CHUNK], parent[at:at + _CHUNK], chunk, shape,
+                                                cell_volume)
+                    parts.append(_coalesced(r, c, v, size, len(pos)))
+        else:
+            side = ((box[1] - box[0]) / torch.tensor(shape, dtype=pos.dtype, device=pos.device)).min()
+            corners = pos[cells]
+            diameter = (corners[:, :, None] - corners[:, None]).norm(dim=-1).amax()
+            k = max(2, min(16, math.ceil(points_per_cell * float(diameter / side))))
+            step = max(1, _CHUNK * 8 // k ** d)
+            for start in range(0, len(cells), step):
+                chunk = cells[start:start + step]
+                points, w, bary = simplex_points(pos, chunk, k)
+                stencil = grid_stencil(points, None, box, shape, 1)
+                nodes = chunk.repeat_interleave(k ** d, 0)  # (Q, d + 1)
+                c, v = stencil.index.shape[1], chunk.shape[1]
+                rows = stencil.index[:, :, None].expand(-1, c, v).reshape(-1)
+                cols = nodes[:, None, :].expand(-1, c, v).reshape(-1)
+                vals = (w[:, None, None] * stencil.value[:, :, None] * bary[:, None, :]).reshape(-1)
+                parts.append(_coalesced(rows, cols, vals, size, len(pos)))
+        index = torch.cat([p[0] for p in parts], 1)
+        (rows, cols), vals = _coalesced(index[0], index[1], torch.cat([p[1] for p in parts]), size, len(pos))
     total = torch.zeros(size, dtype=pos.dtype, device=pos.device).index_add_(0, rows, vals)
     # copies: the coalesced matrix's index and value tensors keep the uncoalesced storage alive
     # (every quadrature point's entries, hundreds of times the matrix), which a mesh's memo holds
-    (rows, cols), vals = matrix.indices().clone(), matrix.values().clone()
-    return Restriction(rows, cols, vals, total, 1, tuple(shape))
+    return Restriction(rows.clone(), cols.clone(), vals.clone(), total, 1, tuple(shape))
 
 
 def restrict(h: torch.Tensor, op: Restriction, cell_volume: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -330,8 +580,17 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
     and ``grid``, not by any mesh; the restriction matrix and the stencil of the nodes are kept in
     the :class:`~geoattn.mesh.Mesh`'s memo (for a batch, each member's in the member's), and nodes
     are never recognised by their coordinates. The transfers cost :math:`O(N 2^d C)` and
-    :math:`O(T k^d 2^d (d+1) C)` for :math:`T` cells, the cycles :math:`O(G\, 3^d C^2)` for the
-    :math:`G` cells of the first grid: linear in :math:`N`.
+    :math:`O(E\, C)` for the :math:`E` entries of the restriction, the cycles
+    :math:`O(G\, 3^d C^2)` for the :math:`G` cells of the first grid: linear in :math:`N`.
+
+    **Memory per mesh.** The memo of a mesh of :math:`N` nodes and :math:`T` simplex cells holds
+    the stencil, :math:`2^d N` indices and values (:math:`12 \cdot 2^d N` bytes in float32), and
+    the restriction, at most :math:`E` entries of two ``int64`` indices and a value
+    (:math:`20 E` bytes in float32) plus :math:`G` totals, with
+    :math:`E \le (d + 1)\, 3^d\, T` when the cells are smaller than the grid's
+    (:func:`restriction_entries` gives the bound for any mesh; a restriction over
+    :data:`RESTRICTION_MAX_BYTES` is refused before it is built, naming ``grid``). Building it
+    takes a bounded working set on top (chunks of cells).
 
     **Training.** The output :math:`Q(P g)` is a function between the nodes too, with as many
     values per channel as the first grid has cells. When that is about the number of nodes, a
@@ -364,6 +623,9 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
             nothing there.
         coordinate_features: Fourier features of the coordinates in the lift, as the keywords of
             :class:`~geoattn.models.encoder.CoordinateFeatures` (default ``None``: none).
+        points_per_cell: ``None`` (default): the restriction's integrals over the cells are exact;
+            an integer: the former Gauss rule of about that many points per grid cell and axis
+            (:func:`restriction`), which checkpoints of earlier releases load with (8).
 
     Shapes:
         - input: ``x [N, C_in]`` on ``mesh``, a :class:`~geoattn.mesh.Mesh` of ``N`` nodes in
@@ -374,7 +636,8 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 32,
                  depth: int = 4, grid: int | Sequence[int] = 16, levels: int = 3, smoothing: int = 2,
-                 box: Sequence[Sequence[float]] | None = None, coordinate_features: dict | None = None):
+                 box: Sequence[Sequence[float]] | None = None, coordinate_features: dict | None = None,
+                 points_per_cell: int | None = None):
         super().__init__()
         if dim not in _CONV:
             raise ConfigError(f"MultigridOperator supports dim 1, 2 or 3, got {dim}")
@@ -386,6 +649,10 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
                               f"smoothing >= 0; got grid={grid}, levels={levels}, depth={depth}, smoothing={smoothing}")
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
         self.shape, self.levels = shape, levels
+        if points_per_cell is not None and (isinstance(points_per_cell, bool) or not isinstance(points_per_cell, int)
+                                            or points_per_cell < 1):
+            raise ConfigError(f"points_per_cell must be None or an integer >= 1, got {points_per_cell!r}")
+        self.points_per_cell = points_per_cell
         self.box: tuple | None = None  # the corners as floats, once fixed (the buffer's host copy)
         self.cell_volume = math.nan
         self.register_buffer("grid_box", torch.zeros(2, dim, dtype=torch.float64))  # zeros: not fixed yet
@@ -428,6 +695,7 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
             box = self.box or ((0.0,) * self.dim, (1.0,) * self.dim)
             state_dict[name] = torch.tensor(box, dtype=torch.float64)
             self.hparams["box"] = box
+            self.points_per_cell = self.hparams["points_per_cell"] = 8  # and its restriction's rule
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         corners = self.grid_box.detach().cpu()
         if bool((corners[1] > corners[0]).all()):
@@ -487,10 +755,11 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
     def restriction(self, mesh: Mesh) -> Restriction:
         """The first grid's :func:`restriction` of ``mesh`` (for a batch, the members' stacked
         block by block), kept in the memo."""
-        key = ("multigrid.restriction", self.box, self.shape)
+        key = ("multigrid.restriction", self.box, self.shape, self.points_per_cell)
 
         def one(m: Mesh) -> Restriction:
-            return restriction(m.pos.detach(), m.weight.detach(), m.cells, self._box(m), self.shape)
+            return restriction(m.pos.detach(), m.weight.detach(), m.cells, self._box(m), self.shape,
+                               self.points_per_cell)
 
         def join(batch: Mesh, parts: list) -> Restriction:
             cells, nodes = math.prod(self.shape), batch.layout.offsets

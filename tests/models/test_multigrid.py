@@ -14,7 +14,8 @@ from geoattn import testing
 from geoattn.errors import ConfigError
 from geoattn.mesh import Mesh, families, from_meshio
 from geoattn.models import MultigridOperator, build_model
-from geoattn.models.multigrid import grid_stencil, prolong_to_nodes, restrict, restriction, simplex_points
+from geoattn.models.multigrid import (grid_stencil, prolong_to_nodes, restrict, restriction, restriction_entries,
+                                      simplex_points)
 
 
 def _model(**kw):
@@ -346,3 +347,55 @@ def test_trained_model_keeps_its_error_on_refined_and_graded_meshes(darcy_transf
     assert report.mean("model", "train") < 0.15, report.table()
     for mesh in ("refined", "graded"):
         assert report.ratio("model", mesh) < 1.25, report.table()
+
+
+def test_exact_restriction_sees_only_the_function_in_two_and_three_dimensions():
+    r"""The default restriction integrates :math:`\phi_c \lambda_i` exactly, on meshes finer and
+    coarser than the grid: the covered fraction of every cell of a box the domain fills is 1, and
+    the same piecewise-linear function on a mesh and on its refinement (2-D), or a linear function
+    on two unrelated tetrahedral meshes of the cube, one coarser than the grid (3-D), gives the
+    same grid values, to rounding (1e-13 for sums of up to a few thousand terms of size 1)."""
+    coarse = _square_mesh(0, 8)
+    fine = from_meshio(families.refine(families.unit_square(8, "irregular", seed=1), 1), dtype=torch.float64)
+    from geoattn.mesh.interpolation import linear_interpolation
+
+    values = torch.sin(5 * coarse.pos[:, :1]) + coarse.pos[:, 1:] ** 2
+    on_fine = linear_interpolation(coarse.pos, fine.pos)(values)
+    for shape in ((8, 8), (32, 32)):
+        volume = 1 / math.prod(shape)
+        a, ka = restrict(values, restriction(coarse.pos, coarse.weight, coarse.cells, UNIT, shape), volume)
+        b, kb = restrict(on_fine, restriction(fine.pos, fine.weight, fine.cells, UNIT, shape), volume)
+        torch.testing.assert_close(a, b, atol=1e-13, rtol=0)
+        torch.testing.assert_close(ka, torch.ones_like(ka), atol=1e-13, rtol=0)
+    cube = torch.tensor([[0.0] * 3, [1.0] * 3], dtype=torch.float64)
+    means = []
+    for n in (2, 5):
+        d = from_meshio(families.unit_cube(n), dtype=torch.float64)
+        linear = d.pos @ torch.tensor([[1.0], [-2.0], [0.5]], dtype=torch.float64) + 0.25
+        op = restriction(d.pos, d.weight, d.cells, cube, (4, 4, 4))
+        mean, coverage = restrict(linear, op, 1 / 64)
+        torch.testing.assert_close(coverage, torch.ones_like(coverage), atol=1e-13, rtol=0)
+        assert len(op.values) <= restriction_entries(d.pos, d.cells, cube, (4, 4, 4))
+        means.append(mean)
+    torch.testing.assert_close(means[0], means[1], atol=1e-13, rtol=0)
+
+
+def test_restriction_memory_is_bounded_and_a_large_one_is_refused():
+    r"""On tetrahedral meshes finer than the grid the kept entries stay under the stated bound
+    :func:`restriction_entries` :math:`\le (d + 1) 3^d T`, and a mesh's memo holds at most
+    :math:`20 E + 4 G` bytes for the restriction plus :math:`12 \cdot 2^d N` for the stencil
+    (float32); a restriction whose bound exceeds ``max_bytes`` is refused before it is built,
+    naming its size and ``grid``."""
+    from geoattn.errors import TooLargeError
+
+    d = from_meshio(families.unit_cube(8), dtype=torch.float32)
+    cube = torch.tensor([[0.0] * 3, [1.0] * 3])
+    bound = restriction_entries(d.pos, d.cells, cube, (4, 4, 4))
+    assert bound <= 4 * 27 * len(d.cells)
+    model = MultigridOperator(1, 1, dim=3, width=4, depth=1, grid=4, levels=2, box=cube.tolist())
+    mesh = Mesh(d.pos, d.weight, d.cells)
+    model(d.pos[:, :1], mesh)
+    assert len(model.restriction(mesh).values) <= bound
+    assert mesh.memo_bytes() <= 20 * bound + 4 * 64 + 12 * 8 * len(d.pos) + 1024
+    with pytest.raises(TooLargeError, match=r"up to \d+ entries .* GiB.*coarser first grid \(grid=\)"):
+        restriction(d.pos, d.weight, d.cells, cube, (4, 4, 4), max_bytes=20 * bound // 2)
