@@ -573,7 +573,7 @@ def check_mesh_tensors(pos: torch.Tensor, weight: torch.Tensor, cells: torch.Ten
         small = size <= tol
         if bool(small.any()):
             t = _first(small)
-            raise DegenerateCellError(f"cell {t} (nodes {cells[t].tolist()}) has size {float(size[t]):.3g}, "
+            raise DegenerateCellError(f"cell {t} (nodes {cells[t].tolist()}) has size {abs(float(size[t])):.3g}, "
                                       f"numerically zero for {tdim}-D cells at this spacing; remove it, or merge "
                                       "its coincident nodes (geoattn.mesh.merge_nodes)")
     if bool(batch[0] < 0):
