@@ -521,6 +521,15 @@ class Trainer:
             if stored is not None and budget is None:
                 raise ConfigError(f"cannot resume {last}: it was trained with a time budget of {stored:g} s "
                                   "and its learning-rate schedule follows that budget; give seconds=")
+            if budget is not None and stored != budget and "trainer" in state:
+                import warnings
+
+                was = f"a time budget of {stored:g} s" if stored is not None else "no time budget (by epochs)"
+                warnings.warn(f"resuming {last} with seconds={budget:g}, but it was trained with {was}: the "
+                              f"learning-rate schedule goes on from the share of the new budget already spent "
+                              f"({float(state.get('train_seconds', 0.0)):g} s of {budget:g} s); resume with "
+                              + (f"seconds={stored:g}" if stored is not None else "seconds=None")
+                              + " to follow the run's own schedule", UserWarning, stacklevel=2)
             op.load_state_dict(state["state_dict"])
             optimizer.load_state_dict(state["optimizer"])
             schedule.load_state_dict(state["scheduler"])

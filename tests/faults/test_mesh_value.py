@@ -198,3 +198,23 @@ def test_a_period_shorter_than_the_nodes_extent_is_refused():
     model = _model("mesh_fno", period=0.5)
     with pytest.raises(ConfigError, match="period=0.5 along axis 0 is shorter than the nodes' extent 1 there"):
         model(POS[:, :1].clone(), Mesh(POS, WEIGHT))
+
+
+# --- a budget run resumed with another budget ----------------------------------------------------
+def test_a_run_resumed_with_another_time_budget_says_so(tmp_path):
+    from geoattn.mesh import MeshData
+    from geoattn.train import NormalizedOperator, Trainer
+
+    torch.manual_seed(0)
+    pos, weight = POS.float(), WEIGHT.float()
+    samples = [MeshData(x=torch.rand(N, 1), y=torch.rand(N, 1), pos=pos, weight=weight) for _ in range(4)]
+
+    def fit(seconds, resume):
+        torch.manual_seed(0)
+        op = NormalizedOperator(build_model("tno", in_channels=1, out_channels=1, width=8, depth=1))
+        return Trainer(op, tmp_path, epochs=1, batch_size=2, progress=False, seconds=seconds).fit(samples, resume=resume)
+
+    fit(1000.0, False)
+    with pytest.warns(UserWarning, match="with seconds=5, but it was trained with a time budget of 1000 s.*resume "
+                                         "with seconds=1000"):
+        fit(5.0, True)
