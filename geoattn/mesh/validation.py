@@ -302,7 +302,8 @@ def check_overlaps(pos: np.ndarray, cells: np.ndarray, cell_type_name: str) -> N
     facet one cell, so the cells tile the domain once and their volumes add up to its measure.
     A cell folded over its neighbour, or a cell laid over cells that share its facets, breaks
     that: the domain is covered twice there and every lumped weight of it counts twice. Layers
-    of cells that share no facet at all (two meshes stacked) are not detected by this check.
+    of cells that share no facet at all (two meshes stacked, a cell laid over others) are found
+    for simplices (triangles, tetrahedra, lines) by :func:`check_stacked_cells`.
 
     Args:
         pos: node coordinates ``[N, d]`` (best centred and scaled, see :func:`unit_frame`).
@@ -344,6 +345,47 @@ def check_overlaps(pos: np.ndarray, cells: np.ndarray, cell_type_name: str) -> N
             f"cell {later} overlaps cell {earlier}: both lie on the same side "
             f"of their shared facet with nodes {keys[pairs[k]].tolist()}, so they cover part of the "
             "domain twice; remove or fix the overlapping cell")
+    check_stacked_cells(pos, cells, cell_type_name)
+
+
+#: neighbouring cells (by centroid) in which :func:`check_stacked_cells` looks for each centroid
+STACK_NEIGHBOURS = 12
+
+
+def check_stacked_cells(pos: np.ndarray, cells: np.ndarray, cell_type_name: str) -> None:
+    """Refuse simplices that lie over others without sharing a facet: the centroid of a cell
+    must lie inside no other cell (in a conforming mesh the cells' interiors are disjoint). Each
+    centroid is tested against the cells of the :data:`STACK_NEIGHBOURS` nearest centroids (the
+    cell holding a point has its centroid near it), by barycentric coordinates: ``O(M log M)``.
+    Other cell types are not checked here."""
+    if cell_type_name not in ("line", "triangle", "tetra") or len(cells) < 2:
+        return
+    d = pos.shape[1]
+    if cells.shape[1] != d + 1:
+        return
+    p = pos[cells]  # (M, d + 1, d)
+    centroid = p.mean(axis=1)  # (M, d)
+    k = min(STACK_NEIGHBOURS, len(cells))
+    _, near = cKDTree(centroid).query(centroid, k=k)  # (M, k)
+    near = near.reshape(len(cells), k)
+    edges = (p[:, 1:] - p[:, :1]).transpose(0, 2, 1)  # (M, d, d): columns are the edges from node 0
+    try:
+        inverse = np.linalg.inv(edges)  # (M, d, d)
+    except np.linalg.LinAlgError:
+        return  # a degenerate cell: refused by its own check
+    for start in range(0, len(cells), 1 << 15):  # in blocks: memory O(block * k * d^2)
+        rows = slice(start, start + (1 << 15))
+        nb = near[rows]
+        rel = centroid[rows, None, :] - p[nb][:, :, 0, :]  # (m, k, d): each centroid from the other cell's node 0
+        lam = np.einsum("mkij,mkj->mki", inverse[nb], rel)  # (m, k, d): barycentric coordinates but node 0's
+        inside = (lam > 1e-9).all(-1) & (lam.sum(-1) < 1 - 1e-9) & (nb != np.arange(len(cells))[rows, None])
+        if inside.any():
+            a = start + int(np.flatnonzero(inside.any(1))[0])
+            b = int(near[a][inside[a - start]][0])
+            raise OverlappingCellsError(
+                f"cells {min(a, b)} and {max(a, b)} overlap without sharing a facet (the centroid of cell {a} "
+                f"is inside cell {b}), so they cover part of the domain twice and its weights count twice; "
+                "remove the cells laid over the mesh (a second mesh stacked on it)")
 
 
 def _graph_count(batch, num_nodes: int, num_graphs: int | None) -> int:

@@ -218,3 +218,18 @@ def test_a_run_resumed_with_another_time_budget_says_so(tmp_path):
     with pytest.warns(UserWarning, match="with seconds=5, but it was trained with a time budget of 1000 s.*resume "
                                          "with seconds=1000"):
         fit(5.0, True)
+
+
+# --- a cell laid over others, sharing no facet with them -----------------------------------------
+def test_a_cell_lying_over_others_without_a_shared_facet_is_refused():
+    """The big triangle's corners are nodes of the mesh, its edges no cell's: the facet check
+    sees nothing, the weights would sum to 1.5 for area 1."""
+    from geoattn.errors import OverlappingCellsError
+    from geoattn.mesh import validate_mesh
+
+    pos, cells = POS.numpy(), CELLS.numpy()
+    validate_mesh(pos, cells, "triangle")
+    n = 17
+    big = np.array([[0, n * (n - 1), n * n - 1]])  # half the square, over 128 small cells
+    with pytest.raises(OverlappingCellsError, match="overlap without sharing a facet"):
+        validate_mesh(pos, np.concatenate([cells, big]), "triangle")
