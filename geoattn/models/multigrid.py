@@ -449,10 +449,13 @@ def restriction(pos: torch.Tensor, weight: torch.Tensor, cells: torch.Tensor | N
                 chunk = cells[start:start + step]
                 u = torch.cat([(pos[chunk] - box[0].to(pos)) / side - 0.5, eye.expand(len(chunk), -1, -1)], -1)
                 pieces, parent = _pieces(u, torch.arange(len(chunk), device=pos.device), shape)
-                for at in range(0, len(pieces), _CHUNK):
+                index, values = pos.new_zeros(2, 0, dtype=torch.long), pos.new_zeros(0)
+                for at in range(0, len(pieces), _CHUNK):  # merged as they come: at most the chunk's bound
                     r, c, v = _integrate_pieces(pieces[at:at + _CHUNK], parent[at:at + _CHUNK], chunk, shape,
                                                 cell_volume)
-                    parts.append(_coalesced(r, c, v, size, len(pos)))
+                    index, values = _coalesced(torch.cat([index[0], r]), torch.cat([index[1], c]),
+                                               torch.cat([values, v]), size, len(pos))
+                parts.append((index, values))
         else:
             side = ((box[1] - box[0]) / torch.tensor(shape, dtype=pos.dtype, device=pos.device)).min()
             corners = pos[cells]
