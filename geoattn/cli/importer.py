@@ -78,10 +78,10 @@ def _is_mesh_file(path: Path) -> bool:
     return any("".join(suffixes[i:]) in meshio.extension_to_filetypes for i in range(len(suffixes)))
 
 
-def _walk(folder: Path, pick=_is_mesh_file) -> list[Path]:
+def _walk(folder: Path, pick=_is_mesh_file, skipped: list[Path] | None = None) -> list[Path]:
     """The files in ``folder`` and below that ``pick`` accepts, entering every real folder once:
     a link to a folder already seen (``latest -> run_1``) or a loop of links is not followed
-    again."""
+    again. The other files (but hidden ones and parameter tables) are appended to ``skipped``."""
     found, seen, links = [], set(), []
 
     def walk(top, follow: bool) -> None:
@@ -94,6 +94,9 @@ def _walk(folder: Path, pick=_is_mesh_file) -> list[Path]:
             dirs.sort()
             links.extend(Path(root) / d for d in dirs if (Path(root) / d).is_symlink())
             found.extend(Path(root) / n for n in sorted(names) if pick(Path(root) / n))
+            if skipped is not None:
+                skipped.extend(Path(root) / n for n in sorted(names) if not n.startswith(".")
+                               and n not in TABLES and not pick(Path(root) / n))
 
     walk(folder, False)  # the real folders first, so that a file is named without a link
     for link in links:
@@ -123,13 +126,14 @@ def _glob(pattern: str) -> list[Path]:
     return [f for f in _walk(root, pick=lambda _: True) if _match(f.relative_to(root).parts, parts[k:])]
 
 
-def gather(paths: list[str]) -> list[Path]:
+def gather(paths: list[str], skipped: list[Path] | None = None) -> list[Path]:
     """The mesh files that ``paths`` name (files, folders, glob patterns), each real file once,
     in order.
 
     Paths are compared by their real path (links resolved): a file reached twice, through a
     link such as ``latest -> run_1``, a loop of links or two patterns, is one sample, named by
-    the path that goes through no link when there is one; so no file lands in two splits."""
+    the path that goes through no link when there is one; so no file lands in two splits.
+    Files in a folder that meshio cannot read by their extension are appended to ``skipped``."""
     files: dict[str, Path] = {}
     twice = 0
     for text in paths:
@@ -139,9 +143,12 @@ def gather(paths: list[str]) -> list[Path]:
             if not found:
                 raise ConfigError(f"no file matches {text!r}")
         elif path.is_dir():
-            found = _walk(path)
+            left: list[Path] = []
+            found = _walk(path, skipped=left)
             if not found:
-                raise ConfigError(f"no mesh file in folder {path}")
+                raise ConfigError(f"no mesh file in folder {path}" + (f" ({skipped_note(left)})" if left else ""))
+            if skipped is not None:
+                skipped.extend(left)
         elif path.exists():
             found = [path]
         else:
@@ -159,6 +166,15 @@ def gather(paths: list[str]) -> list[Path]:
         log.info("%d path(s) reached a file already found (through links or two patterns); each file "
                  "is imported once", twice)
     return list(files.values())
+
+
+def skipped_note(files: list[Path], shown: int = 5) -> str:
+    """One line naming the files a folder held that are not mesh files meshio reads."""
+    kinds = sorted({f.suffix.lower() or "(no extension)" for f in files})
+    names = ", ".join(str(f) for f in files[:shown]) + (f" and {len(files) - shown} more" if len(files) > shown else "")
+    return (f"skipped {len(files)} file(s) meshio does not read ({', '.join(kinds)}): {names}"
+            + ("; .vtp and other VTK XML files other than .vtu: convert them to .vtu with pyvista"
+               if any(k in (".vtp", ".vts", ".vtr", ".vti", ".pvtu") for k in kinds) else ""))
 
 
 def read_table(path: Path) -> dict[str, dict]:
@@ -260,7 +276,10 @@ def run(args: argparse.Namespace) -> int:
     x, y = names(args.x, "--x"), names(args.y, "--y")
     params = names(args.params, "--params")
     reader = options(args)
-    files = gather(args.paths)
+    skipped: list[Path] = []
+    files = gather(args.paths, skipped)
+    if skipped:
+        print(skipped_note(skipped))
     parts = splits(files, args.test, args.split, args.seed)
     rows = tables(files, params, args.params_file)
     path = write_mesh_dataset(args.out, files, x=x, y=y, params=params, splits=parts, tables=rows,

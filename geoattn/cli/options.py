@@ -59,7 +59,17 @@ def add_reader_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reorient", action="store_true", default=None,
                         help="reverse negatively oriented cells instead of refusing them")
     parser.add_argument("--cell-block", metavar="NAME|INDEX", action=Once,
-                        help="the cell block to read (a cell type name, or a block's index)")
+                        help="the cell block to read (a cell type name, or a block's index); one that "
+                             "leaves out nodes of other blocks is refused")
+    parser.add_argument("--triangulate", action="store_true", default=None,
+                        help="split each quad into two triangles (a mixed triangle/quad mesh is read whole)")
+    parser.add_argument("--linearise", action="store_true", default=None,
+                        help="read higher-order cells (triangle6, tetra10, ...) as linear cells of their "
+                             "corners, dropping the other nodes and their values")
+    parser.add_argument("--cell-to-point", action=NameList, metavar="NAMES",
+                        help="cell field(s) to carry to the nodes (volume-weighted average of the cells "
+                             "around each node), comma-separated (a repeated flag appends); --x and --y "
+                             "may then name them")
 
 
 def reader_options(args: argparse.Namespace) -> dict:
@@ -70,7 +80,9 @@ def reader_options(args: argparse.Namespace) -> dict:
     cell_block = args.cell_block
     if cell_block is not None and cell_block.strip().lstrip("-").isdigit():
         cell_block = int(cell_block)
-    given = {"merge_duplicates": args.merge_duplicates, "reorient": args.reorient, "cell_block": cell_block}
+    given = {"merge_duplicates": args.merge_duplicates, "reorient": args.reorient, "cell_block": cell_block,
+             "triangulate": args.triangulate, "linearise": args.linearise,
+             "cell_to_point": args.cell_to_point}
     given = {k: v for k, v in given.items() if v is not None}
     known = known_options()
     missing = [k for k in given if k not in known]

@@ -61,7 +61,7 @@ MESH_FORMAT_VERSION = 2
 #: the split names every version-2 file may hold besides its test sets
 TRAIN, VAL = "train", "val"
 #: keyword arguments of :func:`~geoattn.mesh.from_meshio` that an import passes through
-READER_OPTIONS = ("merge_duplicates", "reorient", "cell_block")
+READER_OPTIONS = ("merge_duplicates", "reorient", "cell_block", "triangulate", "linearise", "cell_to_point")
 
 
 def reader_options() -> tuple[str, ...]:

@@ -107,14 +107,18 @@ def _top_cells(mesh: meshio.Mesh) -> tuple[str | None, np.ndarray | None, list[i
     types = sorted({mesh.cells[i].type for i in blocks})
     if len(types) > 1:
         raise UnsupportedCellError(
-            f"the mesh mixes {top}-D cell types {types}; geoattn needs one cell type per mesh "
-            "(split quads into triangles or hexahedra into tetrahedra first, or pick one type "
-            "with cell_block=)"
+            f"the mesh mixes {top}-D cell types {types}; geoattn needs one cell type per mesh: "
+            + ("read it with triangulate=True (--triangulate), which splits each quad into two triangles"
+               if set(types) <= {"triangle", "quad"} else
+               "read it with linearise=True (--linearise), which keeps the corner nodes of higher-order cells"
+               if {LINEAR_CORNERS.get(t, t) for t in types} == {LINEAR_CORNERS.get(types[0], types[0])} else
+               "convert it to one cell type first (hexahedra into tetrahedra, say)")
         )
     if types[0] not in CELL_TYPES:
         raise UnsupportedCellError(
-            f"unsupported cell type {types[0]!r}; supported types are {sorted(CELL_TYPES)} "
-            "(higher-order cells: keep only their vertices with a linear cell type)"
+            f"unsupported cell type {types[0]!r}; supported types are {sorted(CELL_TYPES)}"
+            + (f" ({types[0]} is a higher-order cell: read it with linearise=True (--linearise), which "
+               f"keeps its corner nodes as {LINEAR_CORNERS[types[0]]} cells)" if types[0] in LINEAR_CORNERS else "")
         )
     dropped = sorted({mesh.cells[i].type for i in range(len(dims)) if i not in blocks})
     if dropped:
@@ -243,12 +247,150 @@ def merge_nodes(points: np.ndarray, cells: np.ndarray | None, point_data: Mappin
     return merged_points, cells, fields, merged
 
 
+#: Higher-order cell types and the linear type of their corner nodes, listed first in meshio's
+#: (VTK's) vertex order.
+LINEAR_CORNERS: dict[str, str] = {
+    "line3": "line", "triangle6": "triangle", "triangle7": "triangle", "quad8": "quad",
+    "quad9": "quad", "tetra10": "tetra", "hexahedron20": "hexahedron", "hexahedron27": "hexahedron",
+}
+
+
+def linearise_cells(mesh: meshio.Mesh) -> meshio.Mesh:
+    """The mesh with every higher-order cell (:data:`LINEAR_CORNERS`: ``triangle6``, ``tetra10``,
+    ...) replaced by the linear cell of its corner nodes, and the nodes that then belong to no
+    cell (the mid-edge, mid-face and centre nodes) dropped with their point values; the other
+    nodes are renumbered in order. Cell fields stay with their cells.
+
+    The P1 (Q1) interpolant of a field on the corner nodes is what a linear mesh can hold: a
+    quadratic field loses its curvature inside each cell, and curved cell edges become straight.
+    """
+    import meshio
+
+    blocks = [(LINEAR_CORNERS.get(b.type, b.type),
+               np.asarray(b.data, dtype=np.int64)[:, :CELL_TYPES[LINEAR_CORNERS[b.type]].num_vertices]
+               if b.type in LINEAR_CORNERS else np.asarray(b.data, dtype=np.int64))
+              for b in mesh.cells]
+    higher = [np.asarray(b.data).ravel() for b in mesh.cells if b.type in LINEAR_CORNERS]
+    if not higher:
+        return mesh
+    n = len(mesh.points)
+    used = np.zeros(n, dtype=bool)
+    for _, cells in blocks:
+        used[cells.ravel()] = True
+    dropped = np.zeros(n, dtype=bool)
+    dropped[np.concatenate(higher)] = True
+    keep = ~(dropped & ~used)  # a node kept by no linear cell goes; unused nodes stay as they were
+    renumber = np.cumsum(keep) - 1
+    log.info("linearise: %d higher-order node(s) dropped, %d of %d nodes kept", int((~keep).sum()),
+             int(keep.sum()), n)
+    return meshio.Mesh(mesh.points[keep], [(t, renumber[c]) for t, c in blocks],
+                       point_data={k: np.asarray(v)[keep] for k, v in mesh.point_data.items()},
+                       cell_data={k: list(v) for k, v in mesh.cell_data.items()},
+                       field_data=dict(mesh.field_data))
+
+
+def triangulate_quads(mesh: meshio.Mesh) -> meshio.Mesh:
+    """The mesh with every ``quad`` split into the two triangles ``(0, 1, 2)`` and ``(0, 2, 3)``
+    (same orientation, same nodes); a quad's cell fields go to both its triangles. A mixed
+    triangle/quad mesh becomes one triangle mesh over the whole domain."""
+    import meshio
+
+    if not any(b.type == "quad" for b in mesh.cells):
+        return mesh
+    blocks = []
+    for b in mesh.cells:
+        cells = np.asarray(b.data, dtype=np.int64)
+        if b.type == "quad":  # [M, 4] -> [2M, 3]: cell m gives rows 2m and 2m + 1
+            cells = np.stack([cells[:, [0, 1, 2]], cells[:, [0, 2, 3]]], axis=1).reshape(-1, 3)
+        blocks.append(("triangle" if b.type == "quad" else b.type, cells))
+    cell_data = {k: [np.repeat(np.asarray(v), 2, axis=0) if b.type == "quad" else np.asarray(v)
+                     for v, b in zip(per_block, mesh.cells)] for k, per_block in mesh.cell_data.items()}
+    return meshio.Mesh(mesh.points, blocks, point_data=dict(mesh.point_data), cell_data=cell_data,
+                       field_data=dict(mesh.field_data))
+
+
+def cell_field_to_nodes(pos: np.ndarray, cells: np.ndarray, ctype: str, values: np.ndarray) -> np.ndarray:
+    """A cell field carried to the nodes: at each node, the average of its cells' values weighted by
+    the cells' volumes (areas on a surface), ``v_i = sum_c |c| v_c / sum_c |c|`` over the cells
+    ``c`` that hold node ``i``. A field constant over the cells stays that constant, and a field
+    sampled at cell centroids from an affine function is exact at interior nodes of a mesh
+    symmetric about them. (PyVista's ``cell_data_to_point_data`` averages without the volumes.)
+
+    Args:
+        pos: coordinates ``[N, d]``; cells ``[M, V]`` of type ``ctype``; values ``[M, ...]``.
+
+    Returns:
+        ``[N, ...]`` float64; a node in no cell gets NaN (validation refuses it unless it is unused).
+    """
+    from .cells import signed_volumes
+    from .surface import surface_areas
+
+    measure = (surface_areas(pos, cells, ctype) if is_surface(ctype, pos.shape[1])
+               else np.abs(signed_volumes(pos, cells, ctype)))  # [M]
+    values = np.asarray(values, dtype=np.float64)
+    flat = values.reshape(len(cells), -1)  # [M, C]
+    total = np.zeros((len(pos), flat.shape[1]))
+    mass = np.zeros(len(pos))
+    for v in range(cells.shape[1]):
+        np.add.at(total, cells[:, v], measure[:, None] * flat)
+        np.add.at(mass, cells[:, v], measure)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = total / mass[:, None]
+    return out.reshape((len(pos),) + values.shape[1:])
+
+
+def _carried(mesh: meshio.Mesh, spec: bool | str | Sequence[str], blocks: list[int]
+             ) -> dict[str, np.ndarray]:
+    """The cell fields of the kept blocks that ``cell_to_point`` names, by name."""
+    if spec is False or spec is None:
+        return {}
+    names = ([k for k in mesh.cell_data if not k.startswith("gmsh:")]  # gmsh's tags are not fields
+             if spec is True else _names(spec))
+    if not blocks and names:
+        raise FieldLengthError(f"cell_to_point={spec!r} but the mesh has no cells")
+    out = {}
+    for name in names:
+        if name not in mesh.cell_data:
+            raise FieldLengthError(f"cell field {name!r} not found (cell_to_point); the mesh has cell fields "
+                                   f"{sorted(mesh.cell_data)} and point fields {sorted(mesh.point_data)}")
+        if name in mesh.point_data:
+            raise FieldLengthError(f"cell_to_point: {name!r} is both a cell field and a point field; "
+                                   "rename one")
+        out[name] = np.concatenate([np.asarray(mesh.cell_data[name][i]) for i in blocks])
+    return out
+
+
+def _check_cover(mesh: meshio.Mesh, blocks: list[int], cell_block) -> None:
+    """Refuse a ``cell_block`` whose cells leave out nodes that other blocks of the same or a
+    higher dimension hold: the sample would cover only part of the domain."""
+    chosen = np.zeros(len(mesh.points), dtype=bool)
+    for i in blocks:
+        chosen[np.asarray(mesh.cells[i].data).ravel()] = True
+    dim = CELL_DIMENSIONS.get(mesh.cells[blocks[0]].type, 0)
+    others = [i for i, b in enumerate(mesh.cells) if i not in blocks and CELL_DIMENSIONS.get(b.type, 0) >= dim]
+    left = np.zeros(len(mesh.points), dtype=bool)
+    for i in others:
+        left[np.asarray(mesh.cells[i].data).ravel()] = True
+    left &= ~chosen
+    if left.any():
+        names = sorted({mesh.cells[i].type for i in others})
+        fix = ("triangulate=True (--triangulate) splits the quads into triangles and keeps them all"
+               if {mesh.cells[blocks[0]].type, *names} <= {"triangle", "quad"} else
+               "linearise=True (--linearise) reads higher-order cells as linear ones"
+               if any(n in LINEAR_CORNERS for n in names) else "convert the other cells first")
+        raise UnsupportedCellError(
+            f"cell_block={cell_block!r} keeps {chosen.sum()} of {len(mesh.points)} nodes: {int(left.sum())} "
+            f"nodes (the first is node {int(np.flatnonzero(left)[0])}) lie only in the other {'/'.join(names)} "
+            f"cells, so the sample would cover part of the domain; {fix}")
+
+
 def from_meshio(mesh: meshio.Mesh, x: str | Sequence[str] | None = None,
                 y: str | Sequence[str] | None = None, *, weights: str | None = "lumped",
                 unused: str = "warn", reorient: bool = False, box=None,
                 dtype: torch.dtype | None = None, origin=None, scale: float | None = None,
-                merge_duplicates: float | bool | None = None, cell_block: str | int | None = None
-                ) -> MeshData:
+                merge_duplicates: float | bool | None = None, cell_block: str | int | None = None,
+                triangulate: bool = False, linearise: bool = False,
+                cell_to_point: bool | str | Sequence[str] = False) -> MeshData:
     """Convert a :class:`meshio.Mesh` into a validated :class:`MeshData` sample with weights.
 
     Triangles or quads whose nodes do not lie in one coordinate plane form a surface in 3-D: the
@@ -275,7 +417,18 @@ def from_meshio(mesh: meshio.Mesh, x: str | Sequence[str] | None = None,
             stress beside the solution) is left out of ``data.point_data``, with a logged note.
         cell_block: which cells to keep when the file has several blocks: a cell type name
             (``"triangle"``: every block of that type) or a block's index in ``mesh.cells``
-            (default ``None``: the highest-dimensional blocks).
+            (default ``None``: the highest-dimensional blocks). Blocks that leave out nodes held by
+            other blocks of the same or a higher dimension (the quads of a mixed triangle/quad
+            mesh) are refused: the sample would cover part of the domain.
+        triangulate: split every quad into two triangles (:func:`triangulate_quads`), so a mixed
+            triangle/quad mesh is read whole as triangles (default ``False``).
+        linearise: read higher-order cells (``triangle6``, ``tetra10``, ``quad9``, ...) as linear
+            cells of their corner nodes, dropping the other nodes and their values
+            (:func:`linearise_cells`; default ``False``).
+        cell_to_point: cell fields to carry to the nodes (``True``: every cell field; or names),
+            each as the volume-weighted average of the cells around a node
+            (:func:`cell_field_to_nodes`). They become point fields of the same name (which ``x`` and
+            ``y`` may then name) and leave ``cell_data``; a point field of that name is refused.
         box: domain box for the point-cloud rules.
         dtype: floating dtype of ``pos``, ``weight`` and fields (default: torch's default dtype).
         origin: a point ``[d]`` subtracted from the coordinates, in float64, before they are cast
@@ -300,7 +453,14 @@ def from_meshio(mesh: meshio.Mesh, x: str | Sequence[str] | None = None,
         WeightError: the weights underflow or overflow ``dtype`` (e.g. float16).
     """
     dtype = dtype or torch.get_default_dtype()
+    if linearise:
+        mesh = linearise_cells(mesh)
+    if triangulate:
+        mesh = triangulate_quads(mesh)
     ctype, cells, blocks = _top_cells(mesh) if cell_block is None else _chosen_block(mesh, cell_block)
+    if cell_block is not None:
+        _check_cover(mesh, blocks, cell_block)
+    carried = _carried(mesh, cell_to_point, blocks)
     points = mesh.points
     point_data = {k: np.asarray(v) for k, v in mesh.point_data.items()}
     merged = None
@@ -319,6 +479,9 @@ def from_meshio(mesh: meshio.Mesh, x: str | Sequence[str] | None = None,
         validate_cells(cells, n, ctype, dim=pos.shape[1])  # before indexing pos with them
         cells = orient_surface(cells) if is_surface(ctype, pos.shape[1]) else orient_cells(pos, cells, ctype)
     validate_mesh(pos, cells, ctype, unused=unused)
+    for name, values in carried.items():
+        validate_field(name, values, len(cells), "cells")
+        point_data[name] = cell_field_to_nodes(pos, cells, ctype, values)
 
     x_names, y_names = _names(x), _names(y)
     data = MeshData(pos=cast_positions(pos, dtype))
@@ -340,6 +503,8 @@ def from_meshio(mesh: meshio.Mesh, x: str | Sequence[str] | None = None,
         data.cell_type = ctype
         cell_data = {}
         for name, per_block in mesh.cell_data.items():
+            if name in carried:
+                continue
             values = np.concatenate([np.asarray(per_block[i]) for i in blocks])
             validate_field(name, values, len(cells), "cells")
             cell_data[name] = torch.as_tensor(values)
@@ -490,8 +655,13 @@ def read_meshio(path: str | Path) -> meshio.Mesh:
         raise MeshFileError(f"{path} is a folder, not a mesh file")
     suffixes = [s.lower() for s in path.suffixes]
     if not any("".join(suffixes[i:]) in meshio.extension_to_filetypes for i in range(len(suffixes))):
+        vtk = {".vtp": "PolyData", ".vts": "StructuredGrid", ".vtr": "RectilinearGrid", ".vti": "ImageData",
+               ".pvtu": "a parallel UnstructuredGrid"}.get(path.suffix.lower())
         raise MeshFileError(f"cannot read mesh file {path}: meshio knows no format for the extension "
-                            f"{path.suffix or '(none)'!r}; use one such as .vtu, .msh or .xdmf")
+                            f"{path.suffix or '(none)'!r}; use one such as .vtu, .msh or .xdmf"
+                            + (f" (a VTK {vtk} file: pyvista reads it, and geoattn.mesh.from_pyvista takes "
+                               "pyvista.read(path); or save it as .vtu with "
+                               "pyvista.read(path).cast_to_unstructured_grid().save(...))" if vtk else ""))
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
@@ -508,13 +678,31 @@ def read_meshio(path: str | Path) -> meshio.Mesh:
                 "node (geoattn.mesh.write_mesh does) or build the sample from the points with "
                 "geoattn.mesh.quadrature_weights, whose point-cloud rules ('voronoi' with the "
                 "domain's box, 'knn', 'monte_carlo') weigh nodes without cells") from err
+        views = _gmsh_views(path)
+        if views:
+            raise MeshFileError(
+                f"cannot read mesh file {path}: it holds gmsh post-processing views ({views}), which "
+                "meshio reads only in simple cases (one time step, one value per node or cell); the "
+                f"mesh itself may be fine. meshio: {(reason or type(err).__name__).rstrip('.')}. Save the mesh and the "
+                "fields again from gmsh as one step each (or export to .vtu) and read that") from err
         hint = ("the file is empty" if size == 0 else
-                f"{size} bytes: truncated, corrupted or not a {path.suffix} file?")
+                f"{size} bytes: meshio could not parse it; a damaged or truncated file, not a "
+                f"{path.suffix} file, or a part of the format meshio does not read")
         raise MeshFileError(f"cannot read mesh file {path} ({hint}); meshio: {reason or type(err).__name__}"
                             ) from err
     if printed.getvalue().strip():
         log.warning("meshio, reading %s: %s", path, printed.getvalue().strip())
     return mesh
+
+
+def _gmsh_views(path: Path) -> str:
+    """The post-processing sections of a gmsh ``.msh`` file (``"2 $NodeData"``), or ``""``."""
+    if path.suffix.lower() != ".msh":
+        return ""
+    with open(path, "rb") as fh:
+        text = fh.read()
+    found = {s: text.count(b"\n$" + s.encode()) for s in ("NodeData", "ElementData", "ElementNodeData")}
+    return ", ".join(f"{k} ${s}" for s, k in found.items() if k)
 
 
 def _vtu_without_cells(path: Path) -> bool:

@@ -319,3 +319,43 @@ def test_import_reads_every_real_file_once_through_links_and_loops(runs, tmp_pat
     assert sorted(n.rsplit("/", 1)[-1] for n in ds.names) == ["coarse_0.vtu", "coarse_1.vtu", "coarse_2.vtu"]
     assert all("/run_1/" in n and "latest" not in n and "/up/" not in n for n in ds.names)
     assert sum(ds.splits.values()) == 3
+
+
+def test_import_lists_skipped_files_and_takes_the_cell_flags(runs, tmp_path, capsys):
+    """A folder with a .vtp beside its meshes names it; a mixed triangle/quad file with a cell field
+    imports whole with --triangulate and --cell-to-point (a flag of predict too)."""
+    from geoattn.cli.main import build_parser
+
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    k = 4
+    xs = np.linspace(0, 1, k + 1)
+    pos = np.stack(np.meshgrid(xs, xs), axis=-1).reshape(-1, 2)
+    tris, quads = [], []
+    for i in range(k):
+        for j in range(k):
+            a, b = j * (k + 1) + i, j * (k + 1) + i + 1
+            (tris.extend([[a, b, b + k + 1], [a, b + k + 1, a + k + 1]]) if i < 2
+             else quads.append([a, b, b + k + 1, a + k + 1]))
+    mesh = meshio.Mesh(np.c_[pos, np.zeros(len(pos))], [("triangle", np.array(tris)), ("quad", np.array(quads))],
+                       point_data={"T": pos[:, 0]},
+                       cell_data={"kappa": [np.ones(len(tris)), 2.0 * np.ones(len(quads))]})
+    meshio.write(folder / "mixed.vtu", mesh)
+    (folder / "surface.vtp").write_text("<VTKFile type='PolyData'/>")
+    capsys.readouterr()
+    out = tmp_path / "d.h5"
+    argv = ["import", str(folder), "--x", "kappa", "--y", "T", "--split", "1,0", "--out", str(out), "--no-progress"]
+    assert main(argv) == 2
+    assert "--triangulate" in capsys.readouterr().err
+    assert main(argv + ["--triangulate", "--cell-to-point", "kappa"]) == 0
+    said = capsys.readouterr().out
+    assert "skipped 1 file(s) meshio does not read (.vtp)" in said and "surface.vtp" in said
+    sample = MeshDataset(out)[0]
+    assert sample.num_nodes == len(pos) and float(sample.weight.sum()) == pytest.approx(1.0)
+    # volume-weighted averages of 1 (triangles) and 2 (quads) at the seam's nodes
+    assert np.allclose(np.unique(sample.x[:, 0].numpy().round(6)), [1, 4 / 3, 3 / 2, 5 / 3, 2])
+    args = build_parser(["predict"]).parse_args(["predict", "--checkpoint", "c.pt", "--mesh", "m.vtu", "-o", "o.vtu",
+                                                 "--triangulate", "--linearise", "--cell-to-point", "a,b"])
+    from geoattn.cli.options import reader_options as given
+
+    assert given(args) == {"triangulate": True, "linearise": True, "cell_to_point": ["a", "b"]}

@@ -200,3 +200,137 @@ def test_gmsh_square_with_holes_is_valid_and_its_weights_hold_its_area(h):
     chord = sum(np.pi * r**2 * (h / r) ** 2 / 6 for _, _, r in holes)  # the polygons' deficit, bound
     area = float(data.weight.sum())
     assert exact <= area <= exact + 2 * chord  # holes inscribed: the mesh covers a little more
+
+
+def _mixed_square(k: int = 4) -> meshio.Mesh:
+    """The unit square on a k x k grid: triangles on its left half, quads on its right half."""
+    xs = np.linspace(0, 1, k + 1)
+    pos = np.stack(np.meshgrid(xs, xs), axis=-1).reshape(-1, 2)  # node j * (k + 1) + i at (xs[i], xs[j])
+    tris, quads = [], []
+    for i in range(k):
+        for j in range(k):
+            a, b = j * (k + 1) + i, j * (k + 1) + i + 1
+            c, d = b + k + 1, a + k + 1
+            if i < k // 2:
+                tris += [[a, b, c], [a, c, d]]
+            else:
+                quads.append([a, b, c, d])
+    return meshio.Mesh(np.c_[pos, np.zeros(len(pos))], [("triangle", np.array(tris)), ("quad", np.array(quads))],
+                       point_data={"u": _field(pos)},
+                       cell_data={"k": [np.ones(len(tris)), 3.0 * np.ones(len(quads))]})
+
+
+def test_a_cell_block_that_leaves_out_part_of_the_domain_is_refused_and_triangulate_reads_it_whole():
+    mesh = _mixed_square()
+    with pytest.raises(geoattn.UnsupportedCellError, match="triangulate=True"):
+        from_meshio(mesh)
+    with pytest.raises(geoattn.UnsupportedCellError, match=r"keeps 15 of 25 nodes: 10 nodes .*triangulate=True"):
+        from_meshio(mesh, cell_block="triangle")
+    data = from_meshio(mesh, triangulate=True, x="u", dtype=torch.float64)
+    assert data.cell_type == "triangle" and data.cells.shape == (16 + 2 * 8, 3)
+    assert float(data.weight.sum()) == pytest.approx(1.0, rel=1e-12)  # the whole square
+    # lumped P1 weights integrate affine functions exactly
+    assert float(data.weight @ data.pos[:, 0]) == pytest.approx(0.5, rel=1e-12)
+    # a quad's cell field goes to both of its triangles
+    assert sorted(data.cell_data["k"].tolist()) == [1.0] * 16 + [3.0] * 16
+
+
+def test_cell_data_reaches_the_nodes_as_a_volume_weighted_average():
+    mesh = _mixed_square()
+    data = from_meshio(mesh, triangulate=True, cell_to_point="k", x="k", dtype=torch.float64)
+    assert "k" not in data.cell_data
+    grid = data.x.reshape(5, 5)  # rows: y, columns: x
+    assert torch.all(grid[:, :2] == 1) and torch.all(grid[:, 3:] == 3)
+    # node (0.5, 0): one triangle of area 1/32 (k=1) and both halves of a quad, 1/32 each (k=3)
+    assert float(grid[0, 2]) == pytest.approx((1 + 2 * 3) / 3, rel=1e-12)
+    # an interior node on the seam: 3 triangles on the left and 3 quad halves on the right (1/32 each)
+    assert float(grid[2, 2]) == pytest.approx((3 * 1 + 3 * 3) / 6, rel=1e-12)
+    # by hand against the definition on an irregular mesh with cells of different sizes
+    pos, cells = _shared_square(2)
+    values = np.random.default_rng(0).standard_normal(len(cells))
+    got = from_meshio(meshio.Mesh(pos, [("triangle", cells)], cell_data={"c": [values]}),
+                      cell_to_point=True, dtype=torch.float64).point_data["c"].numpy()
+    area = np.abs(geoattn.mesh.signed_volumes(pos, cells, "triangle"))
+    for i in (0, 7, len(pos) - 1):
+        around = np.flatnonzero((cells == i).any(axis=1))
+        assert got[i] == pytest.approx(area[around] @ values[around] / area[around].sum(), rel=1e-12)
+    with pytest.raises(geoattn.FieldLengthError, match="cell field 'nope' not found"):
+        from_meshio(mesh, triangulate=True, cell_to_point="nope")
+
+
+def test_cell_data_of_a_per_element_file_is_carried_after_merging():
+    pos, cells = _shared_square(2)
+    points, split = _per_element(pos, cells)
+    mesh = meshio.Mesh(points, [("triangle", split)], point_data={"u": _field(points)},
+                       cell_data={"c": [np.full(len(cells), 2.5)]})
+    data = from_meshio(mesh, merge_duplicates=True, cell_to_point="c", x="c", y="u", dtype=torch.float64)
+    assert data.num_nodes == len(pos)
+    torch.testing.assert_close(data.x, torch.full((len(pos), 1), 2.5, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("name", ["triangle", "tetra"])
+def test_linearise_keeps_the_corner_nodes_and_drops_the_mid_edge_nodes(name):
+    """A quadratic mesh (mid-edge nodes on straight edges) read with linearise=True is the linear
+    mesh of its corners: the same nodes, cells and lumped weights, and the corners' values."""
+    skfem = pytest.importorskip("skfem")
+    linear = {"triangle": skfem.MeshTri, "tetra": skfem.MeshTet}[name]().refined(2)
+    pos = linear.p.T
+    cells = orient_cells(pos, linear.t.T, name)
+    pairs = [(0, 1), (1, 2), (0, 2)] if name == "triangle" else [(0, 1), (1, 2), (0, 2), (0, 3), (1, 3), (2, 3)]
+    edges = np.sort(np.concatenate([cells[:, p] for p in pairs]), axis=1)
+    unique, inverse = np.unique(edges, axis=0, return_inverse=True)
+    mids = len(pos) + inverse.reshape(len(pairs), -1).T  # [M, E]: each cell's mid-edge nodes
+    # number the nodes with mid-edge nodes in between the corners, as a solver might
+    points = np.concatenate([pos, pos[unique].mean(axis=1)])
+    order = np.random.default_rng(1).permutation(len(points))
+    where = np.argsort(order)
+    quadratic = meshio.Mesh(points[order], [(name + ("6" if name == "triangle" else "10"),
+                                              where[np.c_[cells, mids]])],
+                            point_data={"u": _field(points[order])})
+    with pytest.raises(geoattn.UnsupportedCellError, match="linearise=True"):
+        from_meshio(quadratic)
+    data = from_meshio(quadratic, linearise=True, x="u", dtype=torch.float64)
+    assert data.cell_type == name and data.num_nodes == len(pos)
+    order_data = np.lexsort(data.pos.numpy().T[::-1])
+    order_ref = np.lexsort(pos.T[::-1])
+    np.testing.assert_array_equal(data.pos.numpy()[order_data], pos[order_ref])  # the corners
+    torch.testing.assert_close(data.x[:, 0], torch.as_tensor(_field(data.pos.numpy())), rtol=1e-12, atol=1e-14)
+    assert float(data.weight.sum()) == pytest.approx(1.0, rel=1e-12)
+    np.testing.assert_allclose(data.weight.numpy()[order_data],
+                               quadrature_weights(pos, cells, name).numpy()[order_ref], rtol=1e-12)
+
+
+def test_a_vtp_file_and_gmsh_views_are_named_for_what_they_are(tmp_path):
+    path = tmp_path / "surface.vtp"
+    path.write_text("<VTKFile type='PolyData'/>")
+    with pytest.raises(geoattn.MeshFileError, match="VTK PolyData file: pyvista reads it"):
+        read_mesh(path)
+    gmsh = pytest.importorskip("gmsh")
+    path = tmp_path / "views.msh"
+    gmsh.initialize()
+    try:
+        gmsh.option.setNumber("General.Terminal", 0)
+        gmsh.model.add("square")
+        gmsh.model.occ.addRectangle(0, 0, 0, 1, 1)
+        gmsh.model.occ.synchronize()
+        gmsh.option.setNumber("Mesh.MeshSizeMax", 0.3)
+        gmsh.option.setNumber("Mesh.MshFileVersion", 2.2)
+        gmsh.model.mesh.generate(2)
+        gmsh.write(str(path))
+        tags, coords, _ = gmsh.model.mesh.getNodes()
+        view = gmsh.view.add("u")
+        for step in range(2):
+            gmsh.view.addHomogeneousModelData(view, step, "square", "NodeData", tags, coords[0::3] + step,
+                                              time=step)
+        gmsh.view.write(view, str(path), append=True)
+    finally:
+        gmsh.finalize()
+    try:
+        meshio.read(path)
+    except Exception:
+        pass
+    else:
+        pytest.skip("this meshio reads gmsh views")
+    with pytest.raises(geoattn.MeshFileError, match=r"post-processing views \(2 \$NodeData\)") as err:
+        read_mesh(path)
+    assert "corrupted" not in str(err.value)
