@@ -54,6 +54,7 @@ from ..mesh.validation import located, validate_sample
 from ..mesh.weights import cast_weights
 from ..optional import progress as progress_bar, require
 from .dataset import FORMAT, FileDataset, _read, crc32, mesh_hash, open_dataset_file
+from .xdmf import write_mesh_xdmf
 
 h5py = require("h5py", "data", "dataset files")
 
@@ -207,7 +208,8 @@ def write_mesh_dataset(path: str | Path, files: Sequence[str | Path], *, x: Sequ
                        tables: Mapping[str, Mapping[str, float]] | None = None,
                        options: Mapping | None = None, progress: bool = True,
                        overwrite: bool = False) -> Path:
-    """Build a version-2 dataset file at ``path`` from simulation files meshio reads.
+    """Build a version-2 dataset file at ``path`` from simulation files meshio reads, and its
+    ParaView companion ``<stem>.xdmf`` (:func:`~geoattn.data.xdmf.write_mesh_xdmf`).
 
     Args:
         path: the ``.h5`` file to write (its folder is created).
@@ -278,6 +280,12 @@ def write_mesh_dataset(path: str | Path, files: Sequence[str | Path], *, x: Sequ
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         tmp.replace(path)
+        try:
+            write_mesh_xdmf(path)
+        except OSError as err:
+            raise OutputError(f"{path} is complete, but its XDMF companion cannot be written "
+                              f"({err.strerror or err}); make room and run geoattn.data.xdmf.write_mesh_xdmf "
+                              "on it") from err
     return path
 
 

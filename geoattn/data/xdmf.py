@@ -8,6 +8,13 @@ temporal collection whose step ``i`` is sample ``i``: the mesh topology and geom
 of a companion (``meshio.xdmf.TimeSeriesReader(path).read_points_cells()``): it implements no
 hyperslabs, so its ``read_data`` fails on the fields; read the samples with
 :class:`~geoattn.data.dataset.DarcyDataset` instead.
+
+A version-2 file ``NAME.h5`` (from ``geoattn import``, :mod:`~geoattn.data.meshdataset`) gets one
+companion ``NAME.xdmf`` (:func:`write_mesh_xdmf`): a temporal collection whose step ``i`` is
+sample ``i`` on its own mesh (``/meshes/<number>``), with one node field per input and target
+channel under its name (a hyperslab of ``x`` or ``y``), the weights, and the global parameters
+as ``<Information>``. The mesh may change from step to step; the split of each sample is in
+the dataset file, not the companion.
 """
 
 from __future__ import annotations
@@ -85,4 +92,59 @@ def write_xdmf(path: str | Path) -> list[Path]:
     return written
 
 
-__all__ = ["step_bytes", "write_xdmf"]
+def _channel(k: int, num_nodes: int, channels: int, row: int, c: int, ref: str) -> str:
+    """Channel ``c`` of row ``row`` of a field dataset ``[k, N, C]``, as a hyperslab ``[1, N, 1]``."""
+    return (f'<DataItem ItemType="HyperSlab" Dimensions="1 {num_nodes} 1" Type="HyperSlab">'
+            f'<DataItem Dimensions="3 3" NumberType="Int" Format="XML">{row} 0 {c} 1 1 1 1 {num_nodes} 1'
+            f"</DataItem>{_item((k, num_nodes, channels), ref)}</DataItem>")
+
+
+def _mesh_step(file_name: str, i: int, key: str, g, row: int, names: dict[str, list[str]],
+               params: dict[str, float]) -> str:
+    """The ``<Grid>`` of sample ``i``, row ``row`` of mesh group ``g`` (``/meshes/<key>``)."""
+    (num_nodes, dim), (num_cells, verts) = g["points"].shape, g["cells"].shape
+    base = f"{file_name}:/meshes/{key}"
+    cell_type = str(g.attrs["cell_type"])
+    if cell_type:
+        topo = (f'<Topology TopologyType="{_TOPOLOGY[cell_type]}" NumberOfElements="{num_cells}">'
+                f'{_item((num_cells, verts), base + "/cells", "Int")}</Topology>')
+    else:  # a point cloud
+        topo = f'<Topology TopologyType="Polyvertex" NumberOfElements="{num_nodes}" NodesPerElement="1"/>'
+    geom = f'<Geometry GeometryType="{_GEOMETRY[dim]}">{_item((num_nodes, dim), base + "/points")}</Geometry>'
+    attrs = [f'<Attribute Name="weight" AttributeType="Scalar" Center="Node">'
+             f'{_item((num_nodes,), base + "/weight")}</Attribute>']
+    for key_, labels in names.items():
+        k, _, channels = g[key_].shape
+        attrs += [f'<Attribute Name="{escape(label, {chr(34): "&quot;"})}" AttributeType="Scalar" '
+                  f'Center="Node">{_channel(k, num_nodes, channels, row, c, base + "/" + key_)}</Attribute>'
+                  for c, label in enumerate(labels)]
+    info = "".join(f'<Information Name="{escape(k, {chr(34): "&quot;"})}" Value="{v!r}"/>'
+                   for k, v in params.items())
+    return (f'<Grid Name="sample {i}" GridType="Uniform"><Time Value="{i}"/>{info}{topo}{geom}'
+            f'{"".join(attrs)}</Grid>\n')
+
+
+def write_mesh_xdmf(path: str | Path) -> Path:
+    """Write the XDMF companion ``<stem>.xdmf`` of a version-2 dataset file (see the module's
+    docstring), one step per sample, atomically; returns its path."""
+    import json
+
+    path = Path(path)
+    out = path.with_suffix(".xdmf")
+    with open_dataset_file(path, versions=(2,)) as fh:
+        names = {"x": json.loads(str(fh.attrs["x_names"])), "y": json.loads(str(fh.attrs["y_names"]))}
+        param_names = json.loads(str(fh.attrs["param_names"]))
+        meshes, rows = fh["samples/mesh"][:], fh["samples/row"][:]
+        params = fh["samples/params"][:]
+        with atomic_path(out) as tmp, open(tmp, "w") as text:
+            text.write('<?xml version="1.0"?>\n<Xdmf Version="3.0">\n<Domain>\n'
+                       f'<Grid Name="{escape(path.stem)}" GridType="Collection" CollectionType="Temporal">\n')
+            for i, (number, row) in enumerate(zip(meshes, rows)):
+                key = f"{int(number):06d}"
+                text.write(_mesh_step(path.name, i, key, fh["meshes"][key], int(row), names,
+                                      dict(zip(param_names, params[i].tolist()))))
+            text.write("</Grid>\n</Domain>\n</Xdmf>\n")
+    return out
+
+
+__all__ = ["step_bytes", "write_mesh_xdmf", "write_xdmf"]

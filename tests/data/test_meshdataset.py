@@ -245,3 +245,46 @@ def test_merge_duplicates_option_when_the_reader_has_it(files, tmp_path):
     out = write_mesh_dataset(tmp_path / "d.h5", files, x=["kappa"], y=["T"], splits={"train": list(range(5))},
                              options={"merge_duplicates": 1e-12}, progress=False)
     assert len(MeshDataset(out)) == 5
+
+
+def _resolve(item, fh) -> np.ndarray:
+    """The values an XDMF ``<DataItem>`` names: an HDF5 dataset, or a hyperslab of one."""
+    if item.get("ItemType") == "HyperSlab":
+        spec, source = item.findall("DataItem")
+        start, stride, count = np.array(spec.text.split(), dtype=int).reshape(3, -1)
+        values = _resolve(source, fh)
+        index = tuple(slice(a, a + s * c, s) for a, s, c in zip(start, stride, count))
+        out = values[index]
+        assert out.shape == tuple(int(d) for d in item.get("Dimensions").split())
+        return out
+    name, _, inside = item.text.partition(":")
+    assert name == fh.filename.rsplit("/", 1)[-1]
+    values = fh[inside][:]
+    assert values.shape == tuple(int(d) for d in item.get("Dimensions").split())
+    return values
+
+
+def test_the_paraview_companion_holds_every_sample_on_its_mesh_with_named_fields(files, tmp_path):
+    """An import writes <stem>.xdmf: step i is sample i, on its mesh, its fields by name; each
+    reference resolves in the dataset file to what MeshDataset reads."""
+    import xml.etree.ElementTree as ET
+
+    out = write_mesh_dataset(tmp_path / "d.h5", files, x=["kappa"], y=["T", "q"], params=["load"],
+                             splits=SPLITS, tables=_tables(files), progress=False)
+    root = ET.parse(tmp_path / "d.xdmf").getroot()
+    steps = root.findall("./Domain/Grid/Grid")
+    ds = MeshDataset(out, dtype=torch.float64)
+    assert len(steps) == len(ds) == 5
+    with h5py.File(out) as fh:
+        for i, step in enumerate(steps):
+            sample = ds[i]
+            assert step.find("Time").get("Value") == str(i)
+            assert step.find("Topology").get("TopologyType") == "Triangle"
+            np.testing.assert_array_equal(_resolve(step.find("Topology/DataItem"), fh), sample.cells.numpy())
+            np.testing.assert_array_equal(_resolve(step.find("Geometry/DataItem"), fh), sample.pos.numpy())
+            fields = {a.get("Name"): _resolve(a.find("DataItem"), fh).reshape(-1) for a in step.findall("Attribute")}
+            assert sorted(fields) == ["T", "kappa", "q", "weight"]
+            np.testing.assert_array_equal(fields["weight"], sample.weight.numpy())
+            np.testing.assert_array_equal(fields["kappa"], sample.x[:, 0].numpy())
+            np.testing.assert_array_equal(np.c_[fields["T"], fields["q"]], sample.y.numpy())
+            assert step.find("Information").attrib == {"Name": "load", "Value": repr(float(i))}
