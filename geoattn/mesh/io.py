@@ -516,8 +516,12 @@ def from_meshio(mesh: meshio.Mesh, x: str | Sequence[str] | None = None,
     return data
 
 
-#: A cast may move a node by at most this fraction of the smallest distance between two nodes.
+#: A cast may move a node by at most this fraction of the distance to its nearest node (when
+#: centring the coordinates would avoid it: a mesh far from the origin).
 RESOLUTION_TOL = 1e-3
+#: A cast of a mesh too fine for the dtype wherever it lies may move a node by at most this
+#: fraction of the distance to its nearest node: two nodes can then neither merge nor cross.
+MERGE_TOL = 0.25
 
 
 def _to_frame(pos: np.ndarray, box, origin, scale) -> tuple[np.ndarray, object, tuple]:
@@ -565,21 +569,35 @@ def cast_positions(pos: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
 
         centre, side = unit_frame(pos)
         local = (pos - centre) / side  # distances without underflow or overflow of their squares
-        spacing = side * float(cKDTree(local).query(local, k=2)[0][:, 1].min())
-        rounding = 0.5 * info.eps * 2.0 ** np.ceil(np.log2(big))  # half the dtype's spacing at big
-        if rounding > RESOLUTION_TOL * spacing > 0:  # coincident nodes are validate_mesh's to refuse
-            centre = (pos.min(axis=0) + pos.max(axis=0)) / 2
-            half = float(np.abs(pos - centre).max())
-            centred = 0.5 * info.eps * 2.0 ** np.ceil(np.log2(half)) if half > 0 else 0.0
-            fix = (f"the mesh is too fine for {dtype} wherever it lies: read it in float32 or "
-                   "float64 (dtype=...)" if centred > RESOLUTION_TOL * spacing else
+        near = side * cKDTree(local).query(local, k=2)[0][:, 1]  # each node's nearest distance
+
+        def ulp(x: np.ndarray) -> np.ndarray:  # half the dtype's spacing at each node's largest coordinate
+            top = np.abs(x).max(axis=1)
+            return np.where(top > 0, 0.5 * info.eps * 2.0 ** np.ceil(np.log2(np.where(top > 0, top, 1.0))), 0.0)
+
+        ratio = np.where(near > 0, ulp(pos) / np.where(near > 0, near, 1.0), 0.0)  # coincident: validate_mesh's
+        worst = int(np.argmax(ratio))
+        spacing, rounding = float(near[worst]), float(ulp(pos[worst:worst + 1])[0])
+        mid = (pos.min(axis=0) + pos.max(axis=0)) / 2
+        centred = float(np.max(np.where(near > 0, ulp(pos - mid) / np.where(near > 0, near, 1.0), 0.0)))
+        # far from the origin (centring helps): refused beyond RESOLUTION_TOL of the local spacing;
+        # a graded mesh too fine for the dtype wherever it lies: refused only where nodes could merge or cross
+        allowed = RESOLUTION_TOL if centred <= RESOLUTION_TOL or info.bits < 32 else MERGE_TOL
+        if ratio[worst] > allowed:
+            centre = mid
+            wider = "float32 or float64 (dtype=...)" if info.bits < 32 else "float64 (dtype=torch.float64)"
+            fix = (f"the mesh is too fine for {dtype} wherever it lies: read it in {wider}"
+                   if centred > allowed else
                    "centre the coordinates in float64 before the cast: pass origin= to from_meshio "
                    f"/ read_mesh (e.g. origin={np.round(centre, 3).tolist()}, the same for every "
-                   "mesh of this domain), or read in float64 (dtype=torch.float64)")
+                   "mesh of this domain), or read in float64 (dtype=torch.float64); with the geoattn "
+                   "command, subtract that origin from the files' coordinates before importing them")
             raise CoordinateRangeError(
-                f"coordinates reach {big:.6g} but two nodes are only {spacing:.3g} apart: {dtype} "
+                f"coordinates reach {big:.6g}, and at node {worst} ({float(np.abs(pos[worst]).max()):.6g}) two "
+                f"nodes are only {spacing:.3g} apart: {dtype} "
                 f"rounds coordinates there by up to {rounding:.3g}, which moves nodes by "
-                f"{rounding / spacing:.1%} of their spacing{' (merges them)' if rounding >= spacing / 2 else ''}; "
+                + (f"{rounding / spacing:.1%} of" if rounding < spacing else f"{rounding / spacing:.3g} times")
+                + f" their spacing{' (merges them)' if rounding >= spacing / 2 else ''}; "
                 f"{fix}")
     return torch.as_tensor(pos, dtype=dtype)
 

@@ -233,3 +233,21 @@ def test_a_cell_lying_over_others_without_a_shared_facet_is_refused():
     big = np.array([[0, n * (n - 1), n * n - 1]])  # half the square, over 128 small cells
     with pytest.raises(OverlappingCellsError, match="overlap without sharing a facet"):
         validate_mesh(pos, np.concatenate([cells, big]), "triangle")
+
+
+# --- float32 casts of graded meshes --------------------------------------------------------------
+def test_a_graded_mesh_float32_resolves_is_read_and_one_it_merges_is_refused():
+    """Nodes 3.5e-7 apart at coordinate 1: float32 moves them by at most 6e-8 (17 % of their
+    spacing), so they stay distinct and in order: accepted. Nodes 5e-8 apart there would merge."""
+    from geoattn.errors import CoordinateRangeError
+    from geoattn.mesh.io import cast_positions
+
+    def graded(gap):
+        x = np.unique(np.concatenate([np.linspace(0, 0.999, 50), 1 - np.arange(20)[::-1] * gap]))
+        return np.stack([x, np.zeros_like(x)], 1)
+
+    pos = cast_positions(graded(3.5e-7), torch.float32)
+    assert (pos[1:, 0] > pos[:-1, 0]).all()  # distinct and in order
+    with pytest.raises(CoordinateRangeError, match="merges them.*too fine for torch.float32 wherever it lies: "
+                                                   "read it in float64"):
+        cast_positions(graded(5e-8), torch.float32)
