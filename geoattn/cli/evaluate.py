@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import ConfigError
-from .options import Once
+from .options import NameList, Once
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
@@ -24,10 +24,11 @@ def add_args(parser: argparse.ArgumentParser) -> None:
                         "FOLDER/memberK`), scored as their mean")
     parser.add_argument("data", nargs="+", help="dataset file(s) with the same samples on several meshes, or "
                         "one dataset file from `geoattn import`")
-    parser.add_argument("--sets", help="comma-separated sets of a `geoattn import` file to score (default: its "
-                        "test sets; train and val may be named)")
-    parser.add_argument("--meshes", help="comma-separated mesh names to score, the reference first "
-                        "(default: all; the reference is a mesh named *train*, else the first)")
+    parser.add_argument("--sets", action=NameList, help="sets of a `geoattn import` file to score, comma-separated "
+                        "(a repeated flag appends; default: its test sets; train and val may be named)")
+    parser.add_argument("--meshes", action=NameList, help="mesh names to score, the reference first, "
+                        "comma-separated (a repeated flag appends; default: all; the reference is a mesh named "
+                        "*train*, else the first)")
     parser.add_argument("--first", type=int, help="score only the first N samples, N >= 1 (default: all)")
     parser.add_argument("--skip", type=int, default=0,
                         help="skip the first N samples, N >= 0 (e.g. training ones; default: 0)")
@@ -37,13 +38,12 @@ def add_args(parser: argparse.ArgumentParser) -> None:
                         help="cpu, cuda, cuda:N or auto: CUDA when available, else the CPU (default: auto)")
 
 
-def _mesh_names(text: str | None) -> list[str] | None:
-    if text is None:
-        return None
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    if not names or len(set(names)) != len(names):
-        raise ConfigError(f"--meshes must list distinct mesh names separated by commas, got {text!r}")
-    return names
+def _mesh_names(value: list[str] | str | None, flag: str = "--meshes") -> list[str] | None:
+    """The names of ``--sets`` / ``--meshes`` (:class:`~geoattn.cli.options.NameList`), ``None``
+    when not given."""
+    from .options import names
+
+    return None if value is None else names(value, flag)
 
 
 def _score_sets(args: argparse.Namespace, op, first: int | None, skip: int, out) -> int:
@@ -62,7 +62,7 @@ def _score_sets(args: argparse.Namespace, op, first: int | None, skip: int, out)
     given = {"x": full.x_names, "y": full.y_names, "params": full.param_names}
     if stored is not None and stored != given:
         raise ConfigError(f"{args.checkpoint} was trained on fields {stored}, but {path} holds {given}")
-    names = _mesh_names(args.sets) if args.sets is not None else full.test_sets
+    names = _mesh_names(args.sets, "--sets") if args.sets is not None else full.test_sets
     if not names:
         raise ConfigError(f"{path} has no test set; score its validation samples with --sets val")
     unknown = [n for n in names if n not in full.splits]

@@ -73,6 +73,7 @@ class NeuralOperator(nn.Module):
         if isinstance(mesh, Mesh) and not args and set(kwargs) <= {"query"}:
             query = kwargs.get("query")
             return super().__call__(x, mesh) if query is None else super().__call__(x, mesh, query=query)
+        refuse_pyg_data(self, x, mesh)
         from ..compat import legacy_call
 
         return legacy_call(self, x, mesh, *args, **kwargs)
@@ -94,6 +95,21 @@ class NeuralOperator(nn.Module):
     def check_call(self, x: torch.Tensor, mesh: Mesh) -> None:
         """Everything a forward pass checks first (:func:`~geoattn.models.base.check_call`)."""
         check_call(self, x, mesh)
+
+
+def refuse_pyg_data(op: nn.Module, x, mesh) -> None:
+    """Refuse a PyG ``Data`` or ``Batch`` passed as the input or as the mesh (``op(batch)``,
+    ``op(batch.x, batch)``) with one line naming the call: a model takes ``x`` and a
+    :class:`~geoattn.mesh.Mesh`, which carries the weights, cells and batch layout (and keeps the
+    structure derived from them between calls), never a PyG object to read them from."""
+    from torch_geometric.data.data import BaseData
+
+    if isinstance(x, BaseData) or isinstance(mesh, BaseData):
+        name = type(op).__name__
+        given = type(x if isinstance(x, BaseData) else mesh).__name__
+        raise TypeError(f"{name} takes (x, mesh), not a PyG {given}: call it as "
+                        f"op(batch.x, Mesh.from_sample(batch)) (geoattn.mesh.Mesh.from_sample reads "
+                        "pos, weight, cells and batch from it)")
 
 
 def check_inputs(op: nn.Module, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor | None = None) -> None:

@@ -17,6 +17,9 @@ class MeshOperator(torch.nn.Module):
     def __call__(self, x: torch.Tensor, mesh: Mesh | None = None, *args, **kwargs) -> torch.Tensor:
         if isinstance(mesh, Mesh) and not args and set(kwargs) <= {"query"}:
             return super().__call__(x, mesh, query=kwargs.get("query"))
+        from ..models.base import refuse_pyg_data
+
+        refuse_pyg_data(self, x, mesh)
         from ..compat import legacy_call
 
         return legacy_call(self, x, mesh, *args, **kwargs)
