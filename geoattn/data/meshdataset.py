@@ -45,6 +45,7 @@ import torch
 
 from .. import __version__
 from ..errors import ConfigError, DatasetFileError, FieldLengthError, GeoattnError, OutputError
+from ..atomic import guarded_h5
 from ..locking import hold
 from ..mesh import MeshData
 from ..mesh.mesh import Mesh
@@ -183,7 +184,7 @@ class _Writer:
 
 
 def _create(tmp: Path, files: Sequence[Path], x, y, params, splits, source: dict) -> None:
-    with h5py.File(tmp, "w") as fh:
+    with guarded_h5(tmp, "w", f"create {tmp.with_name(tmp.name.removesuffix('.partial'))}") as (fh, _):
         n = len(files)
         fh.attrs.update(format=FORMAT, format_version=MESH_FORMAT_VERSION, geoattn_version=__version__,
                         created=datetime.datetime.now(datetime.timezone.utc).isoformat(), n=n,
@@ -259,10 +260,11 @@ def write_mesh_dataset(path: str | Path, files: Sequence[str | Path], *, x: Sequ
             raise ConfigError(f"{path} exists; give --overwrite to replace it, or another output file")
         if tmp.exists() and not _same_source(tmp, source):
             tmp.unlink()  # an interrupted import of other inputs: start again
-        if not tmp.exists():
-            _create(tmp, files, x, y, params, splits, source)
         try:
-            with h5py.File(tmp, "r+") as fh:
+            if not tmp.exists():
+                _create(tmp, files, x, y, params, splits, source)
+            advice = "; nothing is kept: make room and run the same command again"
+            with guarded_h5(tmp, "r+", f"write to {path}", advice) as (fh, guard):
                 done = fh["done"][:]
                 writer = _Writer(fh)
                 with progress_bar(total=len(files), initial=int(done.sum()), enabled=progress,
@@ -272,6 +274,7 @@ def write_mesh_dataset(path: str | Path, files: Sequence[str | Path], *, x: Sequ
                         table = tables.get(str(f), tables.get(f.name))
                         data, values = read_sample(f, x, y, params, table, **options)
                         writer.write(int(index), data, values)
+                        guard.check(f"write to {path}", advice)  # a full disk stops at this sample
                         bar.update()
                 fh.attrs["complete"] = True
         except (GeoattnError, OSError, ValueError):

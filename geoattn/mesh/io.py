@@ -521,7 +521,7 @@ def from_meshio(mesh: meshio.Mesh, x: str | Sequence[str] | None = None,
 RESOLUTION_TOL = 1e-3
 #: A cast of a mesh too fine for the dtype wherever it lies may move a node by at most this
 #: fraction of the distance to its nearest node: two nodes can then neither merge nor cross.
-MERGE_TOL = 0.25
+CAST_MERGE_TOL = 0.25
 
 
 def _to_frame(pos: np.ndarray, box, origin, scale) -> tuple[np.ndarray, object, tuple]:
@@ -582,7 +582,7 @@ def cast_positions(pos: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
         centred = float(np.max(np.where(near > 0, ulp(pos - mid) / np.where(near > 0, near, 1.0), 0.0)))
         # far from the origin (centring helps): refused beyond RESOLUTION_TOL of the local spacing;
         # a graded mesh too fine for the dtype wherever it lies: refused only where nodes could merge or cross
-        allowed = RESOLUTION_TOL if centred <= RESOLUTION_TOL or info.bits < 32 else MERGE_TOL
+        allowed = RESOLUTION_TOL if centred <= RESOLUTION_TOL or info.bits < 32 else CAST_MERGE_TOL
         if ratio[worst] > allowed:
             centre = mid
             wider = "float32 or float64 (dtype=...)" if info.bits < 32 else "float64 (dtype=torch.float64)"

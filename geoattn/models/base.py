@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import (BatchOrderError, ChannelError, ConfigError, DimensionError, DTypeError,
+from ..errors import (BatchOrderError, ChannelError, ConfigError, DeviceError, DimensionError, DTypeError,
                       FieldLengthError, NonFiniteError, WeightError)
 from ..mesh.mesh import Mesh
 from ..mesh.validation import validate_weights
@@ -64,8 +64,8 @@ class NeuralOperator(nn.Module):
             if isinstance(depth, int) and depth < 1:  # no block: a pointwise map, not an operator
                 raise ConfigError(f"{cls.__name__}: depth must be at least 1, got {depth}")
             init(self, *args, **kw)
-            if type(self) is cls:
-                self.hparams = {k: v for k, v in bound.arguments.items() if k != "self"}
+            if type(self) is cls:  # plain Python values: checkpoints load with weights_only
+                self.hparams = {k: _plain(v) for k, v in bound.arguments.items() if k != "self"}
 
         cls.__init__ = recording_init
 
@@ -95,6 +95,21 @@ class NeuralOperator(nn.Module):
     def check_call(self, x: torch.Tensor, mesh: Mesh) -> None:
         """Everything a forward pass checks first (:func:`~geoattn.models.base.check_call`)."""
         check_call(self, x, mesh)
+
+
+def _plain(value):
+    """``value`` with NumPy scalars and 0-d tensors made Python numbers (in lists and tuples too),
+    so that a checkpoint's recorded arguments load with ``torch.load(weights_only=True)``."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if torch.is_tensor(value) and value.dim() == 0:
+        return value.item()
+    item = getattr(value, "item", None)
+    if item is not None and type(value).__module__ == "numpy" and getattr(value, "ndim", 1) == 0:
+        return item()
+    return value
 
 
 def refuse_pyg_data(op: nn.Module, x, mesh) -> None:
@@ -164,6 +179,9 @@ def check_call(op: nn.Module, x: torch.Tensor, mesh: Mesh) -> None:
     traces the model (``torch.compiler.is_compiling()``).
     """
     pos, weight, batch = mesh.pos, mesh.weight, mesh.batch_vector
+    if torch.is_tensor(x) and x.device != pos.device:
+        raise DeviceError(f"x is on {x.device} but the mesh on {pos.device}; move one of them: "
+                          f"x.to(mesh.device), or mesh.to(x.device)")
     op.check_inputs(x, pos)
     if torch.compiler.is_compiling():
         return

@@ -251,3 +251,24 @@ def test_a_graded_mesh_float32_resolves_is_read_and_one_it_merges_is_refused():
     with pytest.raises(CoordinateRangeError, match="merges them.*too fine for torch.float32 wherever it lies: "
                                                    "read it in float64"):
         cast_positions(graded(5e-8), torch.float32)
+
+
+def test_x_on_another_device_and_numpy_options_in_checkpoints(tmp_path):
+    """``x`` on another device than its mesh is one line naming both; a NumPy scalar option is
+    recorded as a Python number, so the checkpoint loads with ``weights_only``."""
+    import numpy as np
+
+    from geoattn.errors import DeviceError
+    from geoattn.models import build_model
+    from geoattn.mesh import Mesh
+    from geoattn.train import NormalizedOperator, load_operator, save_checkpoint
+    from geoattn.train.checkpoint import operator_payload
+
+    model = build_model("mesh_fno", in_channels=1, out_channels=1, width=8, depth=1, modes=2,
+                        period=np.float32(1.0))
+    assert type(model.hparams["period"]) is float
+    save_checkpoint(tmp_path / "m.pt", {**operator_payload(NormalizedOperator(model)), "trainer": {}})
+    assert load_operator(tmp_path / "m.pt").model.hparams["period"] == 1.0
+    mesh = Mesh(torch.rand(5, 2) * 0.9, torch.full((5,), 0.2))
+    with pytest.raises(DeviceError, match="x is on meta but the mesh on cpu"):
+        model(torch.zeros(5, 1, device="meta"), mesh)
