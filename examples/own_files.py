@@ -136,7 +136,7 @@ def main(folder: str = "own_files_run", train: int = 40, test: int = 6, h: float
     with open(folder / "scores" / "sets.csv", newline="") as fh:
         errors = {row["set"]: float(row["mean"]) for row in csv.DictReader(fh)}
     truth = meshio.read(folder / "new_design.vtu")
-    predicted = meshio.read(folder / "prediction.vtu").point_data["T"]
+    predicted = meshio.read(folder / "prediction.vtu").point_data["T_pred"]  # beside the reference T
     errors["new_design"] = relative_l2(truth, predicted)
     print(f"relative L2 error of prediction.vtu on the new design ({len(truth.points)} nodes): "
           f"{errors['new_design']:.4f}")
