@@ -46,7 +46,7 @@ import torch
 
 from problems.calvello import calvello_coefficient, calvello_field
 from geoattn.data.darcy import DarcyProblem, sample_data
-from geoattn.mesh import families, from_meshio
+from geoattn.mesh import Mesh, families, from_meshio
 from geoattn.train import relative_l2
 from kolmogorov import (best_model, error_bars, load_or_make, markdown, model_kwargs, parse_arguments, report,
                         save_png, train_models)
@@ -146,9 +146,9 @@ def fem_errors(scale: Scale, meshes: dict, values: dict, seed: int, rows: slice)
     field = calvello_field(scale.version)
     out = {}
     for name, m in meshes.items():
-        problem, weight = DarcyProblem(m), from_meshio(m, dtype=torch.float64).weight
+        problem, mesh = DarcyProblem(m), Mesh.from_sample(from_meshio(m, dtype=torch.float64))
         out[name] = [float(relative_l2(torch.as_tensor(problem.solve(calvello_coefficient(seed, i, scale.family, field))),
-                                       values[name]["y"][i].double(), weight))
+                                       values[name]["y"][i].double(), mesh))
                      for i in range(rows.start, rows.stop)]
     return out
 
@@ -158,9 +158,9 @@ def mean_errors(meshes: dict, values: dict, train_rows: slice, test_rows: slice)
     the coefficient: what a model that ignores its input scores."""
     out = {}
     for name, m in meshes.items():
-        weight = from_meshio(m, dtype=torch.float64).weight
+        mesh = Mesh.from_sample(from_meshio(m, dtype=torch.float64))
         mean = values[name]["y"][train_rows].double().mean(0)  # quadrature-ok: mean over samples
-        out[name] = [float(relative_l2(mean, y.double(), weight)) for y in values[name]["y"][test_rows]]
+        out[name] = [float(relative_l2(mean, y.double(), mesh)) for y in values[name]["y"][test_rows]]
     return out
 
 
@@ -176,7 +176,7 @@ def plot(meshes: dict, values: dict, result: dict, op, index: int, path: Path, t
     tri = Triangulation(m.points[:, 0], m.points[:, 1], m.cells_dict["triangle"])
     data = samples({"graded": m}, {"graded": values["graded"]}, slice(index, index + 1))["graded"][0]
     with torch.no_grad():
-        pred = op(data.x, data.pos, data.weight)[:, 0]
+        pred = op(data.x, Mesh.from_sample(data))[:, 0]
     fig, axes = plt.subplots(1, 4, figsize=(15, 3.4))
     for ax, field, label in ((axes[0], np.log(data.x[:, 0].numpy()), r"$\log a$ (graded mesh)"),
                              (axes[1], data.y[:, 0].numpy(), r"$u$"),

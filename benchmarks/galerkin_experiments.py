@@ -543,7 +543,7 @@ def plot_burgers(results: dict, scale: BurgersScale, path: Path) -> None:
         op.eval()
         s = scale.coordinates_of([sample])[0].to(device)
         for name, o in (("GT, trapezoid weights", op), ("GT, node-average weights", node_average_operator(op))):
-            pred = o(s.x, s.pos, s.weight).cpu()[:, 0].numpy()
+            pred = o(s.x, Mesh(s.pos, s.weight)).cpu()[:, 0].numpy()
             ax.plot(x, pred, "--" if "trapezoid" in name else ":", lw=1.2, label=name)
     ax.legend(fontsize=7)
     ax.set_title(f"target and predictions (trained on the uniform {n}-grid)", fontsize=9)
@@ -713,7 +713,7 @@ def plot_inverse(results: dict, scale: InverseScale, path: Path) -> None:
     with torch.no_grad():
         op.eval()
         s = sample.to(device)
-        pred = op(s.x, s.pos, s.weight, pos_query=s.pos_query).cpu()[:, 0].numpy()
+        pred = op(s.x, Mesh(s.pos, s.weight), query=Mesh(s.pos_query, s.weight_query)).cpu()[:, 0].numpy()
     mesh_in = problem.meshes["graded"]
     tri_in = Triangulation(mesh_in.points[:, 0], mesh_in.points[:, 1], mesh_in.cells[-1].data)
     tgt = problem.target

@@ -65,6 +65,7 @@ from results_page import add_docs_argument, write_page
 from problems.navier_stokes import (LENGTH, KolmogorovSolver, PeriodicGaussianField, evaluate,
                                     grid_values, kolmogorov_pairs, pair_samples,
                                     periodic_voronoi_weights, scattered_points, torus_grid)
+from geoattn.mesh import Mesh
 from geoattn.models import MODELS, build_model
 from geoattn.nn.spectral import resolved_modes
 from geoattn.train import NormalizedOperator, Trainer, evaluate_errors, relative_l2
@@ -231,7 +232,7 @@ def summary(errors: list[float]) -> tuple[float, float]:
 
 def identity_errors(sets: dict[str, list]) -> dict[str, list[float]]:
     """Relative L2 errors of predicting the input itself (``y ~ x``), per set."""
-    return {name: [float(relative_l2(d.x, d.y, d.weight)) for d in samples] for name, samples in sets.items()}
+    return {name: [float(relative_l2(d.x, d.y, Mesh(d.pos, d.weight))) for d in samples] for name, samples in sets.items()}
 
 
 def physics_predictions(coefficients: dict, rows: slice, scale: Scale) -> dict[str, torch.Tensor]:
@@ -262,7 +263,7 @@ def physics_errors(coefficients: dict, where: dict[str, dict], rows: slice, scal
         for s, w in where.items():
             as_pairs = {"first": predicted, "second": predicted}
             values = samples_on(as_pairs, w, slice(None))
-            out[name][s] = [float(relative_l2(v.x, d.y, d.weight)) for v, d in zip(values, tests[s])]
+            out[name][s] = [float(relative_l2(v.x, d.y, Mesh(d.pos, d.weight))) for v, d in zip(values, tests[s])]
     return out
 
 
@@ -320,7 +321,7 @@ def plot(coefficients: dict, results: dict, where: dict, op: NormalizedOperator,
     axes[1].set_title(r"$\omega(T+\Delta t) - \omega(T)$")
     fig.colorbar(im, ax=axes[1], shrink=0.8)
     with torch.no_grad():
-        pred = op(sample.x, sample.pos, sample.weight)[:, 0]
+        pred = op(sample.x, Mesh(sample.pos, sample.weight))[:, 0]
     err = (pred - sample.y[:, 0]).abs().numpy()
     p = sample.pos.numpy()
     sc = axes[2].scatter(p[:, 0], p[:, 1], c=err, s=3, cmap="magma")

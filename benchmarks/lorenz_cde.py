@@ -49,6 +49,7 @@ from timing import machine as describe_machine
 
 from problems.odes import (DT, OPERATORS, TRANSFER_DTS, nonuniform_grid, ode_samples,
                            uniform_grid)
+from geoattn.mesh import Mesh
 from geoattn.models import TNO
 from geoattn.optional import require
 from geoattn.train import NormalizedOperator, evaluate_errors
@@ -134,7 +135,7 @@ def summary(errors: torch.Tensor) -> dict[str, float]:
 @torch.no_grad()
 def predict(op: NormalizedOperator, data) -> np.ndarray:
     op.eval()
-    return op(data.x, data.pos, data.weight).cpu().numpy()
+    return op(data.x, Mesh(data.pos, data.weight)).cpu().numpy()
 
 
 def run_experiment(experiment: str, scale: Scale, device: torch.device, seed: int = 0,

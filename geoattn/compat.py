@@ -148,7 +148,7 @@ def moved(module: str, names: dict[str, str]):
 def _former_loss_mesh(name: str, pos, weight, cells, batch) -> Mesh:
     warnings.warn(f"{name}(pred, target, weight, batch, num_graphs) is deprecated and will be removed in the "
                   f"next minor version: call {name}(pred, target, mesh) with the Mesh the model was called "
-                  "on (geoattn.mesh.Mesh(pos, weight, cells, batch=batch))", DeprecationWarning, stacklevel=4)
+                  "on (geoattn.mesh.Mesh(pos, weight, cells, batch=batch))", DeprecationWarning, stacklevel=5)
     if pos is None:  # the L2 loss never read the nodes: any of the right shape will do
         pos = weight.new_zeros(weight.shape[0], 1)
     return Mesh(pos, weight, cells, batch=batch)
