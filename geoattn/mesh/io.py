@@ -491,6 +491,10 @@ def from_meshio(mesh: meshio.Mesh, x: str | Sequence[str] | None = None,
         data.merged_nodes = merged
     data.x = _stack_fields(point_data, x_names, n, dtype)
     data.y = _stack_fields(point_data, y_names, n, dtype)
+    if x_names:  # the channels' names, which to_meshio writes them under again
+        data.x_names = tuple(x_names)
+    if y_names:
+        data.y_names = tuple(y_names)
     extra = {}
     for name, values in point_data.items():
         if name in x_names or name in y_names:
@@ -612,9 +616,12 @@ def to_meshio(data, point_data: Mapping[str, object] | None = None,
               cell_data: Mapping[str, object] | None = None) -> meshio.Mesh:
     """Convert a sample to a :class:`meshio.Mesh` (for writing to .vtu, .xdmf, .msh, ...).
 
-    The point fields written are the sample's ``point_data``, its ``x`` and ``y`` (as fields
-    ``"x"`` and ``"y"``) and its ``weight``, then ``point_data`` given here (which wins on a name
-    clash); likewise for cell fields. Points keep their dimension. A sample read in a frame
+    The point fields written are the sample's ``point_data``, its ``x`` and ``y`` and its
+    ``weight``, then ``point_data`` given here (which wins on a name clash); likewise for cell
+    fields. ``x`` and ``y`` are written under the names of the fields they were read from
+    (``data.x_names``, ``data.y_names``, one field per channel), else as ``"input"`` and
+    ``"target"``: never as ``"x"`` or ``"y"``, which ParaView's readers and filters take for
+    coordinate arrays. Points keep their dimension. A sample read in a frame
     (``data.frame``, see :func:`from_meshio`) is written in the original coordinates, its
     weights in the original units.
     """
@@ -626,9 +633,18 @@ def to_meshio(data, point_data: Mapping[str, object] | None = None,
         pos = pos.astype(np.float64) * frame[1] + np.asarray(frame[0])
     n = pos.shape[0]
     fields: dict[str, np.ndarray] = {k: _numpy(v) for k, v in (getattr(data, "point_data", None) or {}).items()}
-    for key in ("x", "y", "weight"):
-        if getattr(data, key, None) is not None:
-            fields[key] = _numpy(data[key])
+    for key, default in (("x", "input"), ("y", "target")):
+        values = getattr(data, key, None)
+        if values is None:
+            continue
+        values, names = _numpy(values), getattr(data, f"{key}_names", None)
+        columns = values.reshape(n, -1)
+        if names and len(names) == columns.shape[1]:
+            fields.update({name: columns[:, c] for c, name in enumerate(names)})
+        else:
+            fields[default] = values
+    if getattr(data, "weight", None) is not None:
+        fields["weight"] = _numpy(data.weight)
     if frame is not None and "weight" in fields:  # a weight is a volume: in the original units
         cells_dim = CELL_TYPES[data.cell_type].dim if getattr(data, "cells", None) is not None else pos.shape[1]
         fields["weight"] = fields["weight"].astype(np.float64) * frame[1] ** cells_dim

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 
@@ -220,6 +221,21 @@ def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
     return a is b or (a.shape == b.shape and a.dtype == b.dtype and a.device == b.device and torch.equal(a, b))
 
 
+def _check_measure(mesh: Mesh, where: str) -> None:
+    """Warn when a simplex mesh's weights do not sum to its cells' measure: its nodes were moved
+    (a PyG ``NormalizeScale`` or ``RandomScale``, say) and its weights were not recomputed."""
+    cells = mesh.cells
+    if cells is None or cells.shape[1] != mesh.dim + 1 or mesh.num_nodes == 0:
+        return
+    corners = mesh.pos.detach().double()[cells]
+    measure = float(torch.linalg.det(corners[:, 1:] - corners[:, :1]).abs().sum()) / math.factorial(mesh.dim)
+    total = float(mesh.weight.detach().double().sum())
+    if measure > 0 and abs(total - measure) > 1e-3 * measure:
+        log.warning("%s: its weights sum to %.6g but its cells cover %.6g: were its nodes moved (a transform that "
+                    "scales or warps pos) without recomputing the weights? Recompute them, e.g. data.weight = "
+                    "geoattn.mesh.quadrature_weights(data.pos, data.cells, data.cell_type)", where, total, measure)
+
+
 def as_samples(samples, *, name: str = "") -> MeshSamples | Sequence:
     """``samples`` as a dataset whose samples name their mesh (``.meshes`` and ``sample.mesh_id``).
 
@@ -269,6 +285,7 @@ def as_samples(samples, *, name: str = "") -> MeshSamples | Sequence:
                 with located(f"{name} sample {i}".strip()):
                     validate_sample(d, check_mesh=False)  # the typed error naming the problem
                 raise
+            _check_measure(meshes[-1], f"{name} sample {i}".strip())
             by_size.setdefault(key, []).append(found)
         out.append(_named(d, found))
     return MeshSamples(out, meshes)

@@ -33,7 +33,7 @@ def test_round_trip(tmp_path, ext, kwargs):
     data = from_meshio(sample(), x="a", dtype=torch.float64)
     path = tmp_path / f"mesh{ext}"
     write_mesh(path, data, point_data={"pred": 2 * data.pos[:, 0]}, **kwargs)
-    back = read_mesh(path, x="x", dtype=torch.float64)
+    back = read_mesh(path, x="a", dtype=torch.float64)  # written under the name it was read from
     torch.testing.assert_close(back.pos, data.pos)
     torch.testing.assert_close(back.cells, data.cells)
     torch.testing.assert_close(back.x, data.x)
@@ -63,3 +63,13 @@ def test_batching_offsets_cells():
 def test_read_mesh_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="no mesh file"):
         read_mesh(tmp_path / "missing.vtu")
+
+
+def test_fields_are_never_written_as_x_or_y(tmp_path):
+    """ParaView reads point arrays named ``x``, ``y`` as coordinates: a sample's input and target
+    are written under the names they were read from, else as ``input`` and ``target``."""
+    data = from_meshio(sample(), x="a", dtype=torch.float64)
+    data.y = 3 * data.x
+    written = to_meshio(data).point_data
+    assert {"a", "target", "weight"} <= set(written) and not {"x", "y"} & set(written)
+    np.testing.assert_allclose(written["target"].reshape(-1), 3 * written["a"].reshape(-1))

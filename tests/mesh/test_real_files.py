@@ -176,7 +176,8 @@ def test_pyvista_round_trip():
                        x="u", dtype=torch.float64)
     grid = to_pyvista(data)
     assert isinstance(grid, pv.UnstructuredGrid) and grid.n_points == len(pos)
-    back = from_pyvista(grid, x="x", dtype=torch.float64)
+    assert "u" in grid.point_data and "x" not in grid.point_data  # ParaView would take "x" for a coordinate
+    back = from_pyvista(grid, x="u", dtype=torch.float64)
     torch.testing.assert_close(back.pos, data.pos)
     torch.testing.assert_close(back.weight, data.weight)
     torch.testing.assert_close(back.x, data.x)

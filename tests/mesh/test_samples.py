@@ -154,3 +154,16 @@ def test_a_dataset_file_keeps_its_mesh_across_subsets(tmp_path):
     assert head.meshes is ds.meshes and list(head.mesh_ids) == [0, 0] and head[1].mesh_id == 0
     assert as_samples(head) is head
     assert as_samples(torch.utils.data.Subset(ds, [2, 0])).meshes is ds.meshes
+
+
+def test_moved_nodes_with_stale_weights_are_named(bases, caplog):
+    """A transform that scales ``pos`` (PyG's ``NormalizeScale``) leaves the weights of the old
+    size: the boundary says so, naming the sample and the fix; unmoved samples pass quietly."""
+    from torch_geometric.transforms import NormalizeScale
+
+    moved = NormalizeScale()(_sample(bases[0], 1.0).clone())
+    with caplog.at_level("WARNING", logger="geoattn.mesh.samples"):
+        as_samples([_sample(bases[1], 1.0)], name="training")
+        assert not caplog.records
+        as_samples([_sample(bases[1], 1.0), moved], name="training")
+    assert len(caplog.records) == 1 and "training sample 1" in caplog.text and "quadrature_weights" in caplog.text
