@@ -31,6 +31,7 @@ from torch import nn
 
 from ..errors import ConfigError, MeshMismatchError
 from ..mesh.mesh import Mesh
+from ..mesh.validation import checked_number
 from ..nn.functional import num_graphs as count_graphs
 from .base import NeuralOperator
 from .encoder import CoordinateFeatures, PointwiseMLP
@@ -644,7 +645,10 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
         super().__init__()
         if dim not in _CONV:
             raise ConfigError(f"MultigridOperator supports dim 1, 2 or 3, got {dim}")
-        shape = (grid,) * dim if isinstance(grid, int) else tuple(int(n) for n in grid)
+        sizes = tuple(grid) if isinstance(grid, (list, tuple)) else (grid,) * dim
+        shape = tuple(checked_number("grid", n, integer=True) for n in sizes)  # 8.5 or True: refused
+        levels = checked_number("levels", levels, integer=True)
+        smoothing = checked_number("smoothing", smoothing, integer=True, positive=False)
         if len(shape) != dim or levels < 1 or smoothing < 0 or depth < 1 or any(
                 n < 2 or n % 2 ** (levels - 1) or n // 2 ** (levels - 1) < 2 and levels > 1 for n in shape):
             raise ConfigError(f"need one grid size per axis (dim={dim}), each >= 2, divisible by 2 ** (levels - 1) "

@@ -98,3 +98,15 @@ def test_a_mesh_outside_the_box_is_refused_with_how_far_and_the_fix(how):
 def test_a_bad_box_is_refused(box, match):
     with pytest.raises(ConfigError, match=match):
         MultigridOperator(1, 1, box=box)
+
+
+def test_grid_sizes_are_whole_numbers_of_any_type():
+    import numpy as np
+
+    from geoattn.errors import ConfigError
+    from geoattn.models import build_model
+
+    assert build_model("multigrid", in_channels=1, out_channels=1, grid=np.int64(8), levels=2).shape == (8, 8)
+    for bad, words in ((8.5, "grid must be a whole number"), (True, "grid"), ("8", "grid")):
+        with pytest.raises(ConfigError, match=words):
+            build_model("multigrid", in_channels=1, out_channels=1, grid=bad, levels=2)
