@@ -188,6 +188,46 @@ def log_weight_bias(weight: torch.Tensor, dtype: torch.dtype | None = None) -> t
     return bias.to(dtype or weight.dtype)
 
 
+def memory_of(device: torch.device) -> int:
+    """Bytes of memory on ``device``: the GPU's total memory, or the machine's physical memory
+    (0 where it cannot be read: no check is then made)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[1]
+    if device.type != "cpu":
+        return 0
+    try:
+        import os
+
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 0
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def check_dense_fits(q: torch.Tensor, k: torch.Tensor) -> None:
+    """Refuse, before it is built, a dense attention whose score matrix ``[B, H, Lq, Lk]`` alone
+    would exceed the device's whole memory (the unfused kernel materialises it; such a call would
+    otherwise end in an allocation failure, or the process killed by the system), with
+    :class:`~geoattn.errors.TooLargeError` naming its size and the ways to shrink it. Skipped
+    while :func:`torch.compile` traces or :mod:`torch.export` exports."""
+    if torch.compiler.is_compiling() or torch.compiler.is_exporting():
+        return
+    b, h, lq, _ = q.shape
+    need = b * h * lq * k.shape[-2] * q.element_size()
+    have = memory_of(q.device)
+    if have and need > have:
+        from ..errors import TooLargeError
+
+        raise TooLargeError(
+            f"dense attention over {k.shape[-2]} nodes ({b} graph(s) x {h} head(s) x {lq} x {k.shape[-2]} scores) "
+            f"needs {_size(need)} for its score matrix alone, more than the {_size(have)} of "
+            f"{q.device}: use smaller batches (batch_size=), fewer nodes, fewer heads, or a model whose "
+            "attention is linear in the nodes (galerkin, slice, vit/fano on patches)")
+
+
 def quadrature_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, weight: torch.Tensor,
                          dropout_p: float = 0.0, scale: float | None = None) -> torch.Tensor:
     r"""Softmax attention as a quadrature of the continuum attention integral.
@@ -211,6 +251,7 @@ def quadrature_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, weig
     Returns:
         ``[B, H, Lq, Dv]``.
     """
+    check_dense_fits(q, k)
     has_mass = (weight > 0).any(dim=-1)  # (B,)
     bias = log_weight_bias(weight, dtype=q.dtype)
     bias = torch.where(has_mass[:, None], bias, torch.zeros_like(bias))

@@ -272,3 +272,20 @@ def test_x_on_another_device_and_numpy_options_in_checkpoints(tmp_path):
     mesh = Mesh(torch.rand(5, 2) * 0.9, torch.full((5,), 0.2))
     with pytest.raises(DeviceError, match="x is on meta but the mesh on cpu"):
         model(torch.zeros(5, 1, device="meta"), mesh)
+
+
+def test_a_dense_attention_that_cannot_fit_is_refused_before_it_is_built(monkeypatch):
+    """The score matrix [B, H, N, N] of a TNO's attention is measured against the device's
+    memory before it is built: too large is one line naming the size and the ways out."""
+    from geoattn.errors import TooLargeError
+    from geoattn.mesh import Mesh
+    from geoattn.models import build_model
+    from geoattn.nn import functional
+
+    model = build_model("tno", in_channels=1, out_channels=1, width=8, depth=1, num_heads=2)
+    mesh = Mesh(torch.rand(600, 2), torch.full((600,), 1 / 600))
+    x = torch.rand(600, 1)
+    model(x, mesh)  # fits the machine
+    monkeypatch.setattr(functional, "memory_of", lambda device: 2**20)  # a device of 1 MiB
+    with pytest.raises(TooLargeError, match=r"dense attention over 600 nodes .* needs 2\.7 MiB .* than the 1\.0 MiB .*galerkin"):
+        model(x, mesh)
