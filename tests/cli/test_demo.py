@@ -7,7 +7,11 @@ from geoattn.cli.main import main
 
 @pytest.mark.slow
 def test_demo_quick_runs_and_writes_report(tmp_path, capsys):
-    assert main(["demo", "--quick", "--out", str(tmp_path), "--no-progress"]) == 0
+    page = tmp_path / "demo.md"
+    assert main(["demo", "--quick", "--out", str(tmp_path), "--no-progress", "--docs", str(page)]) == 0
+    lines = page.read_text().splitlines()  # the results pages' layout, the command that wrote it
+    assert lines[2] == f"Written by: `geoattn demo --quick --no-progress --docs {page}`"
+    assert lines[4].startswith("Machine: ") and "| train (irregular) | 289 | " in page.read_text()
     out = capsys.readouterr().out
     for mesh in ("train (irregular)", "refined x16", "graded", "other irregular", "coarser"):
         assert mesh in out
