@@ -18,7 +18,7 @@ Faults:
   :class:`~geoattn.errors.OutputError` before the sample is flagged: the file keeps every sample
   flagged before, and the same call resumes once there is room. HDF5 cannot recover from a failed
   write (closing its handle then crashes the process), so the file is written through a file object
-  that keeps the error from HDF5 and raises it after the handle is closed (:class:`_GuardedFile`).
+  that keeps the error from HDF5 and raises it after the handle is closed (:class:`geoattn.atomic.GuardedFile`).
 - The file is locked while a generation writes it (:func:`geoattn.locking.hold`, the file
   ``.<name>.lock`` beside it): a second generation into the same file is refused, naming the first
   one's pid; the kernel releases the lock of a killed process, and its workers, which share it,
@@ -45,7 +45,6 @@ import contextlib
 import ctypes
 import datetime
 import functools
-import io
 import logging
 import multiprocessing
 import os
@@ -62,6 +61,7 @@ import numpy as np
 import torch
 
 from .. import __version__
+from ..atomic import GuardedFile, guarded_h5
 from ..errors import ConfigError, DatasetFileError, OutputError
 from ..locking import hold
 from ..paths import symlink_loop
@@ -155,94 +155,15 @@ def _allocated(group, name: str, shape: tuple, dtype: str, fillvalue=None):
     return group.create_dataset(name, shape=shape, dtype=dtype, fillvalue=fillvalue, dcpl=dcpl)
 
 
-class _GuardedFile(io.RawIOBase):
-    """The dataset file as h5py's ``fileobj`` driver sees it: a write or truncation that fails
-    (``ENOSPC`` on a full disk, a quota) is kept in :attr:`error` and reported to HDF5 as done.
-
-    HDF5 cannot recover from a failed write: the handle is left broken, and closing it crashes
-    the process (a segmentation fault, after pages of tracebacks). With this file HDF5 never sees
-    one, and the caller raises :attr:`error` after closing the handle, before flagging any sample
-    whose values may be incomplete (or, for a file being created, instead of publishing it).
-    """
-
-    def __init__(self, path: Path, mode: str):
-        super().__init__()
-        self._fh = open(path, mode, buffering=0)
-        self.error: OSError | None = None
-
-    def readable(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        return self._fh.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self._fh.tell()
-
-    def readinto(self, buffer) -> int:
-        return self._fh.readinto(buffer)
-
-    def write(self, data) -> int:
-        view = memoryview(data).cast("B")
-        if self.error is None:
-            try:
-                done = 0
-                while done < len(view):
-                    done += self._fh.write(view[done:])
-                return len(view)
-            except OSError as err:
-                self.error = err
-        self._fh.seek(len(view), os.SEEK_CUR)
-        return len(view)
-
-    def truncate(self, size: int | None = None) -> int:
-        try:
-            return self._fh.truncate(size)
-        except OSError as err:
-            self.error = self.error or err
-            return self._fh.tell() if size is None else size
-
-    def close(self) -> None:
-        self._fh.close()
-        super().close()
-
-    def check(self, what: str, advice: str = "") -> None:
-        """Raise :class:`~geoattn.errors.OutputError` (``cannot {what}: {reason}{advice}``) for the
-        first failed write, if any."""
-        if self.error is not None:
-            err = self.error
-            raise OutputError(f"cannot {what}: {err.strerror or err}{advice}") from err
-
-
 #: what a failed sample write adds to its message
 _RESUME = "; the samples written before are kept: make room and run the same command again to resume"
-
-
-@contextlib.contextmanager
-def _h5(path: Path, mode: str, what: str, advice: str = ""):
-    """``h5py.File`` on ``path`` through :class:`_GuardedFile` (``mode`` ``"w"`` or ``"r+"``),
-    closed at the end of the block; then a write that failed in it raises
-    :class:`~geoattn.errors.OutputError` (:meth:`_GuardedFile.check`)."""
-    guard = _GuardedFile(path, "w+b" if mode == "w" else "r+b")
-    try:
-        with h5py.File(guard, mode) as fh:
-            yield fh, guard
-    finally:
-        guard.close()
-    guard.check(what, advice)
 
 
 def _create(path: Path, recipe: Recipe, bases: dict[str, MeshData]) -> None:
     tmp = path.with_name(path.name + ".partial")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with _h5(tmp, "w", f"create {path}") as (fh, _):
+        with guarded_h5(tmp, "w", f"create {path}") as (fh, _):
             fh.attrs.update(format=FORMAT, format_version=FORMAT_VERSION, geoattn_version=__version__,
                             recipe=recipe.to_json(), n=recipe.n, seed=recipe.seed,
                             created=datetime.datetime.now(datetime.timezone.utc).isoformat())
@@ -295,7 +216,7 @@ def _todo(done):
         yield from (start + int(i) for i in np.flatnonzero(flags == 0))
 
 
-def _write(path: Path, fh: h5py.File, guard: _GuardedFile, index: int, result: dict) -> None:
+def _write(path: Path, fh: h5py.File, guard: GuardedFile, index: int, result: dict) -> None:
     """Write sample ``index``, then its flag; a write that fails (a full disk) stops before the
     flag: the file keeps every sample flagged before, and the next run resumes from them."""
     what = f"write sample {index} to {path}"
@@ -468,7 +389,7 @@ def generate_darcy(path: str | Path, recipe: Recipe, *, workers: int = 1, progre
             _stop_if(stop)
             if remaining:
                 with _solver(state, min(workers, remaining)) as solve, \
-                        _h5(path, "r+", f"write to {path}", _RESUME) as (fh, guard), \
+                        guarded_h5(path, "r+", f"write to {path}", _RESUME) as (fh, guard), \
                         progress_bar(total=recipe.n, initial=recipe.n - remaining, enabled=progress,
                                      desc=path.name, unit="sample") as bar:
                     for index, result in solve(_todo(fh["done"])):

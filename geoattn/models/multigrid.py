@@ -277,7 +277,7 @@ def _cut(simplices: torch.Tensor, parent: torch.Tensor, axis: int, plane: torch.
         p[:, axis] = plane
         points.append(p)
     ext = torch.cat([v, torch.stack(points, 1)], 1)  # (S, slots, D)
-    below = (f <= plane[:, None]).sum(1)  # m, 1..d
+    below = (f <= plane[:, None]).sum(1)  # m, 1..d: a count of the simplex's corners  # quadrature-ok
     out, parents = [], []
     for m, table in _cut_table(d).items():
         sel = below == m
@@ -346,7 +346,8 @@ def _integrate_pieces(u: torch.Tensor, parent: torch.Tensor, cells: torch.Tensor
     coords, bary = u[:, :, :d], u[:, :, d:]
     volume = torch.linalg.det(coords[:, 1:] - coords[:, :1]).abs() * (cell_volume / math.factorial(d))  # (P,)
     size = torch.tensor(sizes, device=u.device)
-    first = torch.minimum(coords.mean(1).floor().long().clamp(min=0), size - 2)  # (P, d): the piece's box
+    # the piece's grid box from its corners' centroid (a point inside it, not an integral)  # quadrature-ok
+    first = torch.minimum(coords.mean(1).floor().long().clamp(min=0), size - 2)  # (P, d)  # quadrature-ok
     points = torch.einsum("qv,pvd->pqd", mu, coords)  # (P, Q, d)
     frac = (points - first[:, None]).clamp(0, 1)  # (P, Q, d)
     factors = torch.stack([1 - frac, frac], -1)  # (P, Q, d, 2): the 1-D hats of the box's two corners

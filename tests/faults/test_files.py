@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from geoattn.cli.main import main
+from geoattn import atomic
 from geoattn.data import generate as gen
 from geoattn.data.dataset import DarcyDataset, crc32
 from geoattn.errors import CheckpointError, DatasetFileError
@@ -250,7 +251,7 @@ def test_a_full_disk_stops_generate_cleanly_and_it_resumes(reference, tmp_path, 
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             return super().write(data)
 
-    guarded, write = gen._GuardedFile.__init__, gen._write
+    guarded, write = atomic.GuardedFile.__init__, gen._write
 
     def full_disk(self, path, mode):
         guarded(self, path, mode)
@@ -262,7 +263,7 @@ def test_a_full_disk_stops_generate_cleanly_and_it_resumes(reference, tmp_path, 
         write(path, fh, guard, index, result)
         written.append(index)
 
-    monkeypatch.setattr(gen._GuardedFile, "__init__", full_disk)
+    monkeypatch.setattr(atomic.GuardedFile, "__init__", full_disk)
     monkeypatch.setattr(gen, "_write", counted)
     refused(generate(out, 6), capsys, r"geoattn generate: error: cannot (create|write sample \d to) \S*d.h5: "
                                       "No space left on device")
