@@ -33,10 +33,11 @@ from ..errors import ConfigError, MeshMismatchError
 from ..mesh.mesh import Mesh
 from ..mesh.validation import checked_number
 from ..nn.functional import num_graphs as count_graphs
+from ..nn.local_integral import _block_diagonal, _csr, _SparseProduct
 from .base import NeuralOperator
 from .encoder import CoordinateFeatures, PointwiseMLP
 
-__all__ = ["GridStencil", "MultigridOperator", "Restriction", "VCycle", "check_box", "covering_box", "grid_stencil",
+__all__ = ["GridStencil", "MultigridOperator", "Restriction", "Transfers", "VCycle", "check_box", "covering_box", "grid_stencil",
            "prolong_to_nodes", "restrict", "restriction", "restriction_entries", "simplex_points"]
 
 #: margin of a fitted box on every side, as a fraction of the data's largest extent
@@ -50,6 +51,7 @@ log = logging.getLogger(__name__)
 _CONV = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
 _POOL = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
 _LINEAR = {1: "linear", 2: "bilinear", 3: "trilinear"}
+_CHANNELS_LAST = {2: torch.channels_last, 3: torch.channels_last_3d}
 
 
 def check_box(box, dim: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -498,6 +500,45 @@ def prolong_to_nodes(grid: torch.Tensor, stencil: GridStencil) -> torch.Tensor:
     return (flat[stencil.index] * stencil.value[:, :, None]).sum(1)  # (N, C)  # quadrature-ok: over the 2^d corners
 
 
+class Transfers(NamedTuple):
+    r"""The first grid's two transfers of one mesh (or a batch, block by block) as CSR matrices,
+    each with its transpose for the backward pass: ``restrict [B G, N]`` (:class:`Restriction`'s
+    rows divided by their sums :math:`\int_D \phi_c`, zero rows where the domain does not reach),
+    ``prolong [N, B G]`` (:func:`grid_stencil`'s values), and ``coverage [B G]``
+    (:math:`\kappa_c`). One sparse product each way replaces a gather and a scatter of
+    :math:`E\, C` values (:func:`restrict`, :func:`prolong_to_nodes`), which dominate the
+    transfers' time on a CPU."""
+
+    restrict: torch.Tensor
+    restrict_t: torch.Tensor
+    prolong: torch.Tensor
+    prolong_t: torch.Tensor
+    coverage: torch.Tensor
+
+
+def transfers(op: Restriction, stencil: GridStencil, cell_volume: float, num_nodes: int) -> Transfers:
+    """:class:`Transfers` of one graph from its :class:`Restriction` ``op`` and :class:`GridStencil`."""
+    size = len(op.total)
+    scale = 1 / torch.where(op.total > 0, op.total, 1)
+    values = op.values * scale[op.rows]
+    rows = torch.arange(num_nodes, device=stencil.index.device).repeat_interleave(stencil.index.shape[1])
+    cols, vals = stencil.index.reshape(-1), stencil.value.reshape(-1)
+    return Transfers(_csr(op.rows, op.cols, values, (size, num_nodes)), _csr(op.cols, op.rows, values, (num_nodes, size)),
+                     _csr(rows, cols, vals, (num_nodes, size)), _csr(cols, rows, vals, (size, num_nodes)),
+                     op.total / cell_volume)
+
+
+def _join_transfers(parts: list[Transfers], nodes: Sequence[int], total: int, cells: int) -> Transfers:
+    """The batch's :class:`Transfers`: the members' block by block (``nodes`` their node offsets,
+    ``total`` the batch's nodes, ``cells`` a grid's cells)."""
+    grids = [g * cells for g in range(len(parts))]
+    return Transfers(_block_diagonal([p.restrict for p in parts], list(nodes), total),
+                     _block_diagonal([p.restrict_t for p in parts], grids, len(parts) * cells),
+                     _block_diagonal([p.prolong for p in parts], grids, len(parts) * cells),
+                     _block_diagonal([p.prolong_t for p in parts], list(nodes), total),
+                     torch.cat([p.coverage for p in parts]))
+
+
 class _Smoother(nn.Sequential):
     r"""``steps`` residual convolutions :math:`g \leftarrow g + S(\sigma(g))` with a learned
     :math:`3^d` stencil :math:`S` (zero outside the box)."""
@@ -521,20 +562,24 @@ class VCycle(nn.Module):
         width: channels ``C``.
         dim: spatial dimension (1, 2 or 3).
         levels: grids, each half the previous one's cells per axis.
-        smoothing: residual convolutions per level and direction.
+        smoothing: residual convolutions per level and direction: one number for every level, or
+            one per level, the first grid's first.
 
     Shapes:
         - ``[B, C, *shape]`` to ``[B, C, *shape]``, every ``shape[k]`` divisible by
           ``2 ** (levels - 1)``.
     """
 
-    def __init__(self, width: int, dim: int, levels: int, smoothing: int):
+    def __init__(self, width: int, dim: int, levels: int, smoothing: int | Sequence[int]):
         super().__init__()
         self.dim = dim
-        self.down = nn.ModuleList(_Smoother(width, dim, smoothing) for _ in range(levels - 1))
-        self.coarsest = _Smoother(width, dim, smoothing)
+        steps = tuple(smoothing) if isinstance(smoothing, (list, tuple)) else (smoothing,) * levels
+        if len(steps) != levels:
+            raise ConfigError(f"smoothing needs one number per level ({levels}), got {smoothing!r}")
+        self.down = nn.ModuleList(_Smoother(width, dim, steps[k]) for k in range(levels - 1))
+        self.coarsest = _Smoother(width, dim, steps[-1])
         self.merge = nn.ModuleList(_CONV[dim](2 * width, width, 1) for _ in range(levels - 1))
-        self.up = nn.ModuleList(_Smoother(width, dim, smoothing) for _ in range(levels - 1))
+        self.up = nn.ModuleList(_Smoother(width, dim, steps[k]) for k in range(levels - 1))
 
     def forward(self, g: torch.Tensor) -> torch.Tensor:
         skips = []
@@ -616,7 +661,8 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
             (default ``16``).
         levels: grids per V-cycle (default ``3``: ``16, 8, 4`` cells per axis).
         smoothing: residual :math:`3^d` convolutions per level, on the way down and again on the
-            way up (default ``2``).
+            way up: one number for every level (default ``2``), or one per level, the first
+            grid's first (``(1, 2, 2)``: one on the first grid, where the convolutions cost most).
         box: corners ``((a_1, ..., a_d), (b_1, ..., b_d))`` of the box the grids cover, finite
             with :math:`b_k > a_k` (default ``None``: fitted to the training data, like a
             normaliser, at the first :meth:`fit_mesh`, which :class:`~geoattn.train.Trainer`
@@ -640,7 +686,8 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
     """
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 32,
-                 depth: int = 4, grid: int | Sequence[int] = 16, levels: int = 3, smoothing: int = 2,
+                 depth: int = 4, grid: int | Sequence[int] = 16, levels: int = 3,
+                 smoothing: int | Sequence[int] = 2,
                  box: Sequence[Sequence[float]] | None = None, coordinate_features: dict | None = None,
                  points_per_cell: int | None = None):
         super().__init__()
@@ -649,12 +696,13 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
         sizes = tuple(grid) if isinstance(grid, (list, tuple)) else (grid,) * dim
         shape = tuple(checked_number("grid", n, integer=True) for n in sizes)  # 8.5 or True: refused
         levels = checked_number("levels", levels, integer=True)
-        smoothing = checked_number("smoothing", smoothing, integer=True, positive=False)
-        if len(shape) != dim or levels < 1 or smoothing < 0 or depth < 1 or any(
+        steps = tuple(smoothing) if isinstance(smoothing, (list, tuple)) else (smoothing,) * max(levels, 1)
+        steps = tuple(checked_number("smoothing", k, integer=True, positive=False) for k in steps)
+        if len(shape) != dim or levels < 1 or len(steps) != levels or min(steps) < 0 or depth < 1 or any(
                 n < 2 or n % 2 ** (levels - 1) or n // 2 ** (levels - 1) < 2 and levels > 1 for n in shape):
             raise ConfigError(f"need one grid size per axis (dim={dim}), each >= 2, divisible by 2 ** (levels - 1) "
                               f"and leaving >= 2 cells on the coarsest grid, levels >= 1, depth >= 1 and "
-                              f"smoothing >= 0; got grid={grid}, levels={levels}, depth={depth}, smoothing={smoothing}")
+                              f"smoothing >= 0 (one number, or one per level); got grid={grid}, levels={levels}, depth={depth}, smoothing={smoothing}")
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
         self.shape, self.levels = shape, levels
         if points_per_cell is not None and (isinstance(points_per_cell, bool) or not isinstance(points_per_cell, int)
@@ -669,7 +717,7 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
         self.inputs = CoordinateFeatures.of(in_channels, dim, coordinate_features)
         self.lift = PointwiseMLP(self.inputs.out_features, 2 * width, width)
         self.enter = _CONV[dim](width + 1, width, 1)
-        self.cycles = nn.ModuleList(VCycle(width, dim, levels, smoothing) for _ in range(depth))
+        self.cycles = nn.ModuleList(VCycle(width, dim, levels, steps) for _ in range(depth))
         self.linears = nn.ModuleList(_CONV[dim](width, width, 1) for _ in range(depth))
         self.project = PointwiseMLP(width, 2 * width, out_channels)
 
@@ -778,6 +826,19 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
 
         return mesh.structure(key, one, join)
 
+    def transfers(self, mesh: Mesh) -> Transfers:
+        """The :class:`Transfers` of ``mesh`` (of :meth:`restriction` and :meth:`stencil`), kept in
+        its memo (for a batch, each member's in the member's, joined block by block)."""
+        key = ("multigrid.transfers", self.box, self.shape, self.points_per_cell)
+
+        def one(m: Mesh) -> Transfers:
+            return transfers(self.restriction(m), self.stencil(m), self.cell_volume, m.num_nodes)
+
+        def join(batch: Mesh, parts: list) -> Transfers:
+            return _join_transfers(parts, batch.layout.offsets, batch.num_nodes, math.prod(self.shape))
+
+        return mesh.structure(key, one, join)
+
     def _box(self, mesh: Mesh) -> torch.Tensor:
         return torch.tensor(self.box, dtype=mesh.pos.dtype, device=mesh.pos.device)
 
@@ -788,12 +849,27 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
         if not torch.compiler.is_compiling():
             self.check_inside(mesh)
         h = self.lift(self.inputs(x, mesh.pos))  # (N, C)
-        mean, coverage = restrict(h, self.restriction(mesh), self.cell_volume)  # (B, C | 1, *shape)
+        # sparse products where the transfers are constants (not while pos carries gradients, not
+        # in a compiled graph, which fuses the gathers instead)
+        sparse = not (mesh.pos.requires_grad and torch.is_grad_enabled()) and not torch.compiler.is_compiling()
+        if sparse:
+            ops = self.transfers(mesh)
+            b = mesh.num_graphs
+            mean = _SparseProduct.apply(ops.restrict.to(h.dtype), ops.restrict_t.to(h.dtype), h)  # (B G, C)
+            mean = mean.reshape(b, *self.shape, -1).movedim(-1, 1)  # (B, C, *shape)
+            coverage = ops.coverage.to(h.dtype).reshape(b, 1, *self.shape)
+        else:
+            mean, coverage = restrict(h, self.restriction(mesh), self.cell_volume)  # (B, C | 1, *shape)
         g = self.enter(torch.cat([mean, coverage], 1))  # (B, C, *shape)
+        if self.dim > 1:  # the convolutions' fast layout on a CPU (channels last); the same values
+            g = g.contiguous(memory_format=_CHANNELS_LAST[self.dim])
         for k, (cycle, linear) in enumerate(zip(self.cycles, self.linears)):
             g = linear(g) + cycle(g)
             if k < len(self.cycles) - 1:
                 g = F.gelu(g)
+        if sparse:
+            flat = g.movedim(1, -1).reshape(-1, g.shape[1])  # (B G, C)
+            return self.project(_SparseProduct.apply(ops.prolong.to(h.dtype), ops.prolong_t.to(h.dtype), flat))
         return self.project(prolong_to_nodes(g, self.stencil(mesh)))  # (N, C_out)
 
     def extra_repr(self) -> str:

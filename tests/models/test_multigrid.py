@@ -399,3 +399,51 @@ def test_restriction_memory_is_bounded_and_a_large_one_is_refused():
     assert mesh.memo_bytes() <= 20 * bound + 4 * 64 + 12 * 8 * len(d.pos) + 1024
     with pytest.raises(TooLargeError, match=r"up to \d+ entries .* GiB.*coarser first grid \(grid=\)"):
         restriction(d.pos, d.weight, d.cells, cube, (4, 4, 4), max_bytes=20 * bound // 2)
+
+
+def test_sparse_transfers_equal_the_gather_and_scatter_in_values_and_gradients(two_meshes):
+    """The model's CSR products (:meth:`MultigridOperator.transfers`, built once per mesh and
+    joined block by block over a batch of two different meshes, with cells) give the outputs and
+    parameter gradients of :func:`restrict` and :func:`prolong_to_nodes` (the path taken while
+    the coordinates carry gradients) to float64 rounding."""
+    model = _model()
+    cells = [m.cells for m in two_meshes]
+    parts = [Mesh(m.pos, m.weight, c) for m, c in zip(two_meshes, cells)]
+    x = torch.cat([m.x for m in two_meshes])
+    results = []
+    for gather in (False, True):
+        mesh = Mesh.batch([Mesh(p.pos.clone().requires_grad_(gather), p.weight, p.cells) for p in parts])
+        model.zero_grad()
+        out = model(x, mesh)
+        (out.square() * torch.arange(len(out), dtype=out.dtype)[:, None]).sum().backward()
+        results.append((out.detach(), [p.grad.clone() for p in model.parameters()]))
+    (a, ga), (b, gb) = results
+    torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    for u, v in zip(ga, gb):
+        torch.testing.assert_close(u, v, rtol=1e-10, atol=1e-12)
+    assert isinstance(model.transfers(parts[0]).restrict, torch.Tensor)
+    assert model.transfers(parts[0]).restrict.layout == torch.sparse_csr
+
+
+def test_smoothing_per_level():
+    """``smoothing`` as one number per level (the first grid's first) builds those residual
+    convolutions on each level, down and up; the same number on every level is the model of the
+    single number (the same parameters, the same outputs); a wrong count is refused."""
+    torch.manual_seed(0)
+    a = MultigridOperator(1, 1, width=4, depth=1, grid=8, levels=3, smoothing=2)
+    torch.manual_seed(0)
+    b = MultigridOperator(1, 1, width=4, depth=1, grid=8, levels=3, smoothing=(2, 2, 2))
+    assert a.state_dict().keys() == b.state_dict().keys()
+    pos = torch.rand(40, 2)
+    mesh = Mesh(pos, torch.full((40,), 1 / 40))
+    torch.testing.assert_close(a(pos[:, :1], mesh), b(pos[:, :1], mesh))
+    c = MultigridOperator(1, 1, width=4, depth=1, grid=8, levels=3, smoothing=(1, 0, 3))
+    cycle = c.cycles[0]
+    assert [len(s) for s in cycle.down] == [1, 0] and len(cycle.coarsest) == 3
+    assert [len(s) for s in cycle.up] == [1, 0]
+    assert c.hparams["smoothing"] in ((1, 0, 3), [1, 0, 3])
+    rebuilt = build_model("multigrid", **c.hparams)
+    assert rebuilt.state_dict().keys() == c.state_dict().keys()
+    for bad in ((1, 2), (1, 2, 2, 2), (1, -1, 2)):
+        with pytest.raises(ConfigError, match="smoothing"):
+            MultigridOperator(1, 1, grid=8, levels=3, smoothing=bad)
