@@ -152,6 +152,24 @@ class DeviceError(GeoattnError, ValueError):
     which holds no values); move them to one device first."""
 
 
+class InputFilesError(MeshError):
+    """Several input files cannot be read or used (unreadable, a missing field, an invalid mesh):
+    the message lists every one with its reason, and :attr:`errors` holds their errors."""
+
+    def __init__(self, errors: list[BaseException], total: int, shown: int = 10):
+        self.errors = list(errors)
+        reasons = [" ".join(str(err).split()) or type(err).__name__ for err in self.errors[:shown]]
+        more = len(self.errors) - len(reasons)
+        super().__init__(f"{len(self.errors)} of {total} input files cannot be used; fix or remove each: "
+                         + " | ".join(f"({i}) {r}" for i, r in enumerate(reasons, 1))
+                         + (f" | and {more} more" if more > 0 else ""))
+
+
+class TooFewNodesError(EmptyMeshError):
+    """A point cloud without cells or a box has too few nodes to tell the domain its weights
+    measure (two nodes would be given the measure of their own bounding box)."""
+
+
 class FrameError(MeshError):
     """Samples of one model were read in different coordinate frames (``origin`` / ``scale`` of
     :func:`~geoattn.mesh.from_meshio`), so the model would see one domain at two places."""
@@ -191,5 +209,7 @@ __all__ = [
     "LockError",
     "TooLargeError",
     "FrameError",
+    "InputFilesError",
+    "TooFewNodesError",
     "DeviceError",
 ]

@@ -1,8 +1,9 @@
 """``geoattn evaluate``: score a checkpoint on every mesh of a dataset file (cross-mesh report), or
 on every named test set of a dataset file from ``geoattn import`` (one row per set).
 
-A cross-mesh report compares the same samples on several meshes: meshes holding different
-numbers of samples are refused. The sets of an imported dataset are reported side by side, with
+A cross-mesh report compares the same samples on several meshes, sample ``i`` of each: meshes
+holding different numbers of samples are refused, and so are files generated with other samples
+(another seed, family or field: their recipes differ in more than their meshes). The sets of an imported dataset are reported side by side, with
 a table of the files, worst first; a set that holds the same samples as the first set (the same
 file names, in other folders: the same samples on other meshes) gets its ratio to it, the
 samples paired by name. ``--out`` writes the tables (``sets.csv``, ``files.csv`` or
@@ -46,6 +47,39 @@ def _mesh_names(value: list[str] | str | None, flag: str = "--meshes") -> list[s
     return None if value is None else names(value, flag)
 
 
+#: the entries of a ``geoattn generate`` recipe that do not change its samples: its meshes, its
+#: name and its sample count (sample ``i`` depends on the seed and ``i`` alone)
+MESH_ENTRIES = ("meshes", "name", "n")
+
+
+def _samples_of(fh) -> dict | None:
+    """What defines the samples of a ``geoattn generate`` file: its recipe but its meshes, name
+    and count (``None`` for a file without a recipe)."""
+    import json
+
+    try:
+        recipe = json.loads(str(fh.attrs["recipe"]))
+    except (KeyError, ValueError):
+        return None
+    return {k: v for k, v in recipe.items() if k not in MESH_ENTRIES} if isinstance(recipe, dict) else None
+
+
+def _check_paired(samples: dict) -> None:
+    """Refuse dataset files that hold other samples: a cross-mesh report pairs sample ``i`` of
+    every mesh, which only means something when they are the same samples."""
+    known = {path: s for path, s in samples.items() if s is not None}
+    if len(known) < 2:
+        return
+    (first, a), *rest = known.items()
+    for path, b in rest:
+        if b != a:
+            differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+            shown = ", ".join(f"{k} {a.get(k)!r} against {b.get(k)!r}" for k in differ[:3])
+            raise ConfigError(f"{first} and {path} hold other samples ({shown}), but a cross-mesh report "
+                              "pairs sample i of every mesh; score each file alone, or generate them with "
+                              "one recipe (the same seed, family and field) on their meshes")
+
+
 def _score_sets(args: argparse.Namespace, op, first: int | None, skip: int, out) -> int:
     """The report of the named sets of one version-2 dataset file."""
     from ..data.meshdataset import MeshDataset
@@ -62,6 +96,12 @@ def _score_sets(args: argparse.Namespace, op, first: int | None, skip: int, out)
     given = {"x": full.x_names, "y": full.y_names, "params": full.param_names}
     if stored is not None and stored != given:
         raise ConfigError(f"{args.checkpoint} was trained on fields {stored}, but {path} holds {given}")
+    if hasattr(op, "frame"):
+        held = {} if full.frame is None else {"origin": list(full.frame[0]), "scale": full.frame[1]}
+        if dict(op.frame) != held:
+            raise ConfigError(f"{args.checkpoint} was trained on meshes read with origin "
+                              f"{op.frame.get('origin')}, but {path} holds them with origin {held.get('origin')} "
+                              "(--origin of geoattn import); import its files again with the model's origin")
     names = _mesh_names(args.sets, "--sets") if args.sets is not None else full.test_sets
     if not names:
         raise ConfigError(f"{path} has no test set; score its validation samples with --sets val")
@@ -113,10 +153,12 @@ def run(args: argparse.Namespace) -> int:
         op = load_trained(args.checkpoint, resolve_device(args.device))
         return _score_sets(args, op, first, skip, out)
     op = load_trained(args.checkpoint, resolve_device(args.device))
-    datasets, source = {}, {}
+    datasets, source, samples = {}, {}, {}
     for path in args.data:
         with open_dataset_file(path) as fh:
             names = sorted(fh["meshes"])
+            samples[path] = _samples_of(fh)
+        _check_paired(samples)
         for mesh in wanted or names:
             if mesh not in names:
                 continue

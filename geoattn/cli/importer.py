@@ -270,6 +270,23 @@ def options(args: argparse.Namespace) -> dict:
     return reader_options(args)
 
 
+def centre(path: Path, reader: dict) -> list[float]:
+    """The centre of the bounding box of the nodes of the mesh file ``path`` (read with the
+    reader options ``reader``, but for ``origin``), rounded to 3 significant digits of its
+    extent: ``--origin auto``."""
+    import torch
+
+    from ..mesh.io import from_meshio, read_meshio
+    from ..mesh.validation import located
+
+    with located(str(path)):
+        pos = from_meshio(read_meshio(path), weights=None, dtype=torch.float64, unused="ignore",
+                          **{k: v for k, v in reader.items() if k != "origin"}).pos.numpy()
+    lo, hi = pos.min(axis=0), pos.max(axis=0)
+    step = 10.0 ** np.floor(np.log10(max(float((hi - lo).max()), 1e-300))) / 100  # rounded: a readable origin
+    return [float(v) for v in np.round((lo + hi) / 2 / step) * step]
+
+
 def run(args: argparse.Namespace) -> int:
     from ..data.meshdataset import write_mesh_dataset
 
@@ -280,6 +297,10 @@ def run(args: argparse.Namespace) -> int:
     files = gather(args.paths, skipped)
     if skipped:
         print(skipped_note(skipped))
+    if reader.get("origin") == "auto":
+        reader["origin"] = centre(files[0], reader)
+        print(f"--origin auto: {','.join(f'{v:.12g}' for v in reader['origin'])} (the centre of {files[0]}'s "
+              "nodes), subtracted from every file's coordinates and recorded in the dataset")
     parts = splits(files, args.test, args.split, args.seed)
     rows = tables(files, params, args.params_file)
     path = write_mesh_dataset(args.out, files, x=x, y=y, params=params, splits=parts, tables=rows,

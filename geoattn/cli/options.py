@@ -66,6 +66,12 @@ def add_reader_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--linearise", action="store_true", default=None,
                         help="read higher-order cells (triangle6, tetra10, ...) as linear cells of their "
                              "corners, dropping the other nodes and their values")
+    parser.add_argument("--origin", action=Once, metavar="X,Y[,Z]",
+                        help="a point subtracted from the coordinates, in float64, before anything else: "
+                             "for meshes far from the origin (UTM-like coordinates), which float32 cannot "
+                             "resolve; give every mesh of a domain the same one. `geoattn import` records "
+                             "it in the dataset (`--origin auto`: the centre of the first file's nodes), "
+                             "and the model trained on it applies it again in `geoattn predict`")
     parser.add_argument("--cell-to-point", action=NameList, metavar="NAMES",
                         help="cell field(s) to carry to the nodes (volume-weighted average of the cells "
                              "around each node), comma-separated (a repeated flag appends); --x and --y "
@@ -82,7 +88,7 @@ def reader_options(args: argparse.Namespace) -> dict:
         cell_block = int(cell_block)
     given = {"merge_duplicates": args.merge_duplicates, "reorient": args.reorient, "cell_block": cell_block,
              "triangulate": args.triangulate, "linearise": args.linearise,
-             "cell_to_point": args.cell_to_point}
+             "cell_to_point": args.cell_to_point, "origin": origin(getattr(args, "origin", None))}
     given = {k: v for k, v in given.items() if v is not None}
     known = known_options()
     missing = [k for k in given if k not in known]
@@ -94,4 +100,21 @@ def reader_options(args: argparse.Namespace) -> dict:
     return given
 
 
-__all__ = ["NameList", "Once", "add_reader_args", "names", "reader_options"]
+def origin(text: str | None) -> list[float] | str | None:
+    """The point of ``--origin X,Y[,Z]`` as finite floats (``"auto"`` kept as it is; ``None``
+    when not given)."""
+    import math
+
+    if text is None or text.strip() == "auto":
+        return None if text is None else "auto"
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not 1 <= len(values) <= 3 or not all(math.isfinite(v) for v in values):
+        raise ConfigError(f"--origin must be 1 to 3 finite numbers X,Y[,Z] (one per coordinate) or auto, "
+                          f"got {text!r}")
+    return values
+
+
+__all__ = ["NameList", "Once", "add_reader_args", "names", "origin", "reader_options"]

@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import ConfigError, OutputError
+from ..errors import ConfigError, InputFilesError, MeshError, OutputError
 from .options import NameList, Once, add_reader_args
 
 
@@ -129,20 +129,17 @@ def _names(args: argparse.Namespace, stored: dict) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import meshio
-
-    from ..eval import predict_meshio
-    from ..mesh import save_meshio
     from ..mesh.io import read_meshio
-    from ..mesh.validation import located
     from ..train import load_trained
-    from ..train.checkpoint import atomic_path
     from ..train.trainer import resolve_device
     from .importer import gather
     from .options import reader_options
     from .train import read_fields
 
     reader = reader_options(args)
+    if reader.get("origin") == "auto":
+        raise ConfigError("--origin auto is for geoattn import (the model applies the origin it was trained "
+                          "with); give the point, --origin X,Y[,Z], for a model trained without one")
     files = gather(args.mesh)
     outputs = _outputs(args, files)
     op = load_trained(args.checkpoint, resolve_device(args.device))
@@ -151,18 +148,43 @@ def run(args: argparse.Namespace) -> int:
     if not fields:
         raise ConfigError("give the input field(s) with --field NAME")
     names = _names(args, stored)
-    for path, output in zip(files, outputs):
-        mesh = read_meshio(path)
-        clash = [n for n in names if n in mesh.point_data]
-        if clash:
-            raise ConfigError(f"{path} already has a point field {clash[0]!r}; choose another --name or --suffix")
-        params = _params(args, stored.get("params") or [], path, mesh)
-        with located(str(path)):
-            result = predict_meshio(op, mesh, fields, names, params=params, **reader)
-        with atomic_path(output) as tmp:
-            try:
-                save_meshio(tmp, result)
-            except (meshio.ReadError, meshio.WriteError) as err:  # an unknown extension is a ReadError
-                raise OutputError(f"cannot write {output}: {str(err).replace(str(tmp), str(output))}") from err
-        print(f"wrote {output}: {', '.join(names)} on {len(result.points)} nodes")
+    for k, (path, output) in enumerate(zip(files, outputs)):
+        try:
+            mesh = _predict_one(args, op, path, output, fields, names, stored, reader)
+        except (MeshError, FileNotFoundError) as err:  # the other unreadable files named too, in one line
+            unreadable = []
+            for other in files[k + 1:]:
+                try:
+                    read_meshio(other)
+                except (MeshError, FileNotFoundError) as bad:
+                    unreadable.append(bad)
+            if unreadable:
+                raise InputFilesError([err, *unreadable], len(files)) from err
+            raise
+        print(f"wrote {output}: {', '.join(names)} on {len(mesh.points)} nodes")
     return 0
+
+
+def _predict_one(args, op, path: Path, output: Path, fields, names, stored: dict, reader: dict):
+    """Predict on the mesh file ``path`` and write the result to ``output``; returns it."""
+    import meshio
+
+    from ..eval import predict_meshio
+    from ..mesh import save_meshio
+    from ..mesh.io import read_meshio
+    from ..mesh.validation import located
+    from ..train.checkpoint import atomic_path
+
+    mesh = read_meshio(path)
+    clash = [n for n in names if n in mesh.point_data]
+    if clash:
+        raise ConfigError(f"{path} already has a point field {clash[0]!r}; choose another --name or --suffix")
+    params = _params(args, stored.get("params") or [], path, mesh)
+    with located(str(path)):
+        result = predict_meshio(op, mesh, fields, names, params=params, **reader)
+    with atomic_path(output) as tmp:
+        try:
+            save_meshio(tmp, result)
+        except (meshio.ReadError, meshio.WriteError) as err:  # an unknown extension is a ReadError
+            raise OutputError(f"cannot write {output}: {str(err).replace(str(tmp), str(output))}") from err
+    return result

@@ -8,7 +8,9 @@ Layout (``format = "geoattn-dataset"``, ``format_version = 2``; version 1 is
   number of samples), ``x_names``, ``y_names``, ``param_names`` (JSON lists: the input channels,
   the target channels and the global parameters, in order), ``splits`` (JSON list of the split
   names: ``train``, ``val`` and the test sets), ``source`` (JSON of what the file was made from,
-  so that a resumed import refuses other inputs);
+  so that a resumed import refuses other inputs), ``frame`` (JSON ``[origin, scale]`` subtracted
+  from the files' coordinates before they were stored, ``--origin`` of ``geoattn import``; ``null``
+  or absent: none, the coordinates as the files hold them);
 - ``done [n]`` (uint8): samples written (an interrupted import resumes from them);
 - ``samples/``: ``mesh [n]`` (the number of the sample's mesh), ``row [n]`` (its row in that
   mesh's fields), ``params [n, P]`` (float64), ``name [n]`` (the file the sample came from);
@@ -44,14 +46,21 @@ import numpy as np
 import torch
 
 from .. import __version__
-from ..errors import ConfigError, DatasetFileError, FieldLengthError, GeoattnError, OutputError
+from ..errors import (
+    ConfigError,
+    DatasetFileError,
+    FieldLengthError,
+    GeoattnError,
+    InputFilesError,
+    OutputError,
+)
 from ..atomic import guarded_h5
 from ..locking import hold
 from ..mesh import MeshData
 from ..mesh.mesh import Mesh
 from ..mesh.samples import DEFAULT_MAX_BYTES, MeshStore
 from ..mesh.io import cast_positions, from_meshio, read_meshio
-from ..mesh.validation import located, validate_sample
+from ..mesh.validation import checked_number, located, validate_sample
 from ..mesh.weights import cast_weights
 from ..optional import progress as progress_bar, require
 from .dataset import FORMAT, FileDataset, _read, crc32, mesh_hash, open_dataset_file
@@ -63,7 +72,8 @@ MESH_FORMAT_VERSION = 2
 #: the split names every version-2 file may hold besides its test sets
 TRAIN, VAL = "train", "val"
 #: keyword arguments of :func:`~geoattn.mesh.from_meshio` that an import passes through
-READER_OPTIONS = ("merge_duplicates", "reorient", "cell_block", "triangulate", "linearise", "cell_to_point")
+READER_OPTIONS = ("merge_duplicates", "reorient", "cell_block", "triangulate", "linearise", "cell_to_point",
+                  "origin")
 
 
 def reader_options() -> tuple[str, ...]:
@@ -183,14 +193,14 @@ class _Writer:
         self.fh.flush()
 
 
-def _create(tmp: Path, files: Sequence[Path], x, y, params, splits, source: dict) -> None:
+def _create(tmp: Path, files: Sequence[Path], x, y, params, splits, source: dict, frame) -> None:
     with guarded_h5(tmp, "w", f"create {tmp.with_name(tmp.name.removesuffix('.partial'))}") as (fh, _):
         n = len(files)
         fh.attrs.update(format=FORMAT, format_version=MESH_FORMAT_VERSION, geoattn_version=__version__,
                         created=datetime.datetime.now(datetime.timezone.utc).isoformat(), n=n,
                         x_names=json.dumps(list(x)), y_names=json.dumps(list(y)),
                         param_names=json.dumps(list(params)), splits=json.dumps(list(splits)),
-                        source=json.dumps(source, sort_keys=True))
+                        source=json.dumps(source, sort_keys=True), frame=json.dumps(frame))
         fh.create_dataset("done", shape=(n,), dtype="u1", fillvalue=0)
         fh.create_group("meshes")
         s = fh.create_group("samples")
@@ -221,7 +231,9 @@ def write_mesh_dataset(path: str | Path, files: Sequence[str | Path], *, x: Sequ
         splits: sample indices by split name (``train``, ``val``, test sets); every sample in
             exactly one split.
         tables: parameter values by file (its path as given, or its name) and name.
-        options: keyword arguments for :func:`~geoattn.mesh.from_meshio` (``reorient``, ...).
+        options: keyword arguments for :func:`~geoattn.mesh.from_meshio` (``reorient``, ...);
+            an ``origin`` is subtracted from every file's coordinates (in float64) and recorded as
+            the file's ``frame``, which :class:`MeshDataset` gives its samples (``data.frame``).
         progress: show a progress bar. (default: ``True``)
         overwrite: replace an existing file at ``path``. (default: ``False``)
 
@@ -251,6 +263,9 @@ def write_mesh_dataset(path: str | Path, files: Sequence[str | Path], *, x: Sequ
     if path.is_dir():
         raise OutputError(f"{path} is a folder; give a file name such as {path / 'data.h5'}")
     tables = tables or {}
+    if options.get("origin") is not None:
+        options["origin"] = [checked_number("origin", v, positive=False) for v in np.ravel(options["origin"])]
+    frame = None if options.get("origin") is None else [options["origin"], 1.0]  # (origin, scale) of the samples
     source = {"files": [[str(f), *_stamp(f)] for f in files], "x": x, "y": y, "params": params,
               "splits": {k: [int(i) for i in v] for k, v in splits.items()},
               "options": {k: v for k, v in sorted(options.items())}}
@@ -262,20 +277,27 @@ def write_mesh_dataset(path: str | Path, files: Sequence[str | Path], *, x: Sequ
             tmp.unlink()  # an interrupted import of other inputs: start again
         try:
             if not tmp.exists():
-                _create(tmp, files, x, y, params, splits, source)
+                _create(tmp, files, x, y, params, splits, source, frame)
             advice = "; nothing is kept: make room and run the same command again"
             with guarded_h5(tmp, "r+", f"write to {path}", advice) as (fh, guard):
                 done = fh["done"][:]
                 writer = _Writer(fh)
                 with progress_bar(total=len(files), initial=int(done.sum()), enabled=progress,
                                   desc=path.name, unit="file") as bar:
+                    bad: list[BaseException] = []  # after a bad file the others are read, not written
                     for index in np.flatnonzero(done == 0):
                         f = files[index]
                         table = tables.get(str(f), tables.get(f.name))
-                        data, values = read_sample(f, x, y, params, table, **options)
-                        writer.write(int(index), data, values)
-                        guard.check(f"write to {path}", advice)  # a full disk stops at this sample
+                        try:
+                            data, values = read_sample(f, x, y, params, table, **options)
+                        except (GeoattnError, FileNotFoundError) as err:
+                            bad.append(err)
+                        if not bad:
+                            writer.write(int(index), data, values)
+                            guard.check(f"write to {path}", advice)  # a full disk stops at this sample
                         bar.update()
+                    if bad:
+                        raise bad[0] if len(bad) == 1 else InputFilesError(bad, len(files)) from bad[0]
                 fh.attrs["complete"] = True
         except (GeoattnError, OSError, ValueError):
             tmp.unlink(missing_ok=True)  # a bad input: nothing half-written remains
@@ -372,6 +394,9 @@ class MeshDataset(FileDataset):
             self._params = _read(self.path, "the parameters", lambda: s["params"][:])
             self.names = [n.decode() if isinstance(n, bytes) else str(n) for n in s["name"][:]]
             count = len(fh["meshes"])
+            frame = json.loads(str(fh.attrs.get("frame", "null")))
+            #: the frame ``(origin, scale)`` the samples were read in (``--origin`` of ``geoattn import``), or ``None``
+            self.frame = None if frame is None else (tuple(float(v) for v in frame[0]), float(frame[1]))
             self.attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in fh.attrs.items()}
         self.mesh = split or "all"
         self.meshes = MeshStore(count, load=self._mesh, max_bytes=max_bytes)
@@ -433,6 +458,8 @@ class MeshDataset(FileDataset):
         if len(cells):
             data.cells = torch.as_tensor(cells, dtype=torch.long)
             data.cell_type = str(group.attrs["cell_type"])
+        if self.frame is not None:
+            data.frame = self.frame
         with located(where):
             validate_sample(data, check_mesh=False)
         return data

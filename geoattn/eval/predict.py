@@ -8,7 +8,7 @@ import meshio
 import numpy as np
 import torch
 
-from ..errors import ChannelError, NonFiniteOutputError
+from ..errors import ChannelError, ConfigError, NonFiniteOutputError
 from ..mesh import from_meshio
 from ..mesh.mesh import Mesh
 from ..mesh.validation import located, validate_field, validate_points, validate_weights
@@ -41,7 +41,9 @@ def predict_meshio(operator: torch.nn.Module, mesh: meshio.Mesh, fields: str | S
             channel.
         params: global parameter values appended to the inputs as constant channels.
         **reader: options of :func:`~geoattn.mesh.from_meshio` (``merge_duplicates``,
-            ``reorient``, ``cell_block``). After a merge the prediction of a merged node is
+            ``reorient``, ``cell_block``, ``origin``: for a model trained without a frame, the
+            point that brings the mesh to its coordinates; a model trained in a frame applies
+            its own, and another ``origin`` is refused). After a merge the prediction of a merged node is
             returned at each of the file's copies of it, so the mesh keeps the nodes it was
             written with.
 
@@ -53,8 +55,13 @@ def predict_meshio(operator: torch.nn.Module, mesh: meshio.Mesh, fields: str | S
     """
     dtype = next(operator.parameters()).dtype
     device = next(operator.parameters()).device
-    frame = getattr(operator, "frame", {})  # the frame the training meshes were read in
-    data = from_meshio(mesh, x=fields, dtype=dtype, **frame, **reader)
+    frame = dict(getattr(operator, "frame", {}))  # the frame the training meshes were read in
+    if reader.get("origin") is not None and frame:
+        given = [float(v) for v in np.ravel(reader["origin"])]
+        if given != [float(v) for v in np.ravel(frame["origin"])]:
+            raise ConfigError(f"origin {given} given, but the model was trained on meshes read with origin "
+                              f"{list(frame['origin'])}, which it applies itself; drop the origin (--origin)")
+    data = from_meshio(mesh, x=fields, dtype=dtype, **{**frame, **reader})
     n, label = data.pos.shape[0], "+".join([fields] if isinstance(fields, str) else fields)
     if params is not None and len(params):
         values = torch.as_tensor(list(params), dtype=dtype)

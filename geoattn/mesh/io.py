@@ -25,6 +25,7 @@ from ..errors import (
     DuplicateNodeError,
     FieldLengthError,
     MeshFileError,
+    TooFewNodesError,
     UnsupportedCellError,
 )
 from ..optional import require
@@ -515,9 +516,34 @@ def from_meshio(mesh: meshio.Mesh, x: str | Sequence[str] | None = None,
         data.cell_data = cell_data
     if weights is not None:
         rule = weights if (cells is not None or weights != "lumped") else None
+        if rule is None and box is None:
+            check_cloud_size(n, pos.shape[1])
         weight = quadrature_weights(pos, cells, ctype, rule=rule, box=box)  # float64, from float64
         data.weight = cast_weights(weight.numpy(), dtype)
     return data
+
+
+#: A point cloud read without cells or a box takes its domain to be the nodes' bounding box, which
+#: ``N`` nodes scattered over a ``d``-box span ``((N - 1) / (N + 1)) ** d`` of on average: a cloud
+#: for which that is below this fraction is refused (2 nodes in 2-D would span 1/9 of it).
+CLOUD_SPAN_MIN = 0.5
+
+
+def check_cloud_size(n: int, d: int) -> None:
+    """Refuse a point cloud of ``n`` nodes in ``d`` dimensions, read without cells or a box, whose
+    bounding box would on average span less than :data:`CLOUD_SPAN_MIN` of its domain.
+
+    Raises:
+        TooFewNodesError: naming the count, the expected span and the ways out.
+    """
+    span = ((n - 1) / (n + 1)) ** d
+    if span < CLOUD_SPAN_MIN:
+        need = next(m for m in range(n, 10**6) if ((m - 1) / (m + 1)) ** d >= CLOUD_SPAN_MIN)
+        raise TooFewNodesError(
+            f"a point cloud of {n} node(s) in {d}-D without cells: its weights would be those of the nodes' "
+            f"own bounding box, which {n} scattered nodes span only {span:.0%} of on average, so the "
+            "weights would measure a fraction of the domain; write the file with its cells, give the "
+            f"domain's box (box=[[lower...], [upper...]] to from_meshio / read_mesh), or sample at least {need} nodes")
 
 
 #: A cast may move a node by at most this fraction of the distance to its nearest node (when
@@ -592,10 +618,11 @@ def cast_positions(pos: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
             wider = "float32 or float64 (dtype=...)" if info.bits < 32 else "float64 (dtype=torch.float64)"
             fix = (f"the mesh is too fine for {dtype} wherever it lies: read it in {wider}"
                    if centred > allowed else
-                   "centre the coordinates in float64 before the cast: pass origin= to from_meshio "
-                   f"/ read_mesh (e.g. origin={np.round(centre, 3).tolist()}, the same for every "
-                   "mesh of this domain), or read in float64 (dtype=torch.float64); with the geoattn "
-                   "command, subtract that origin from the files' coordinates before importing them")
+                   "centre the coordinates in float64 before the cast: on the command line, import "
+                   f"the files with geoattn import --origin {','.join(f'{v:.10g}' for v in centre)} (or "
+                   "--origin auto; the model then applies it in geoattn predict); in Python, pass "
+                   f"origin={[float(f'{v:.10g}') for v in centre]} to from_meshio / read_mesh (the same for "
+                   "every mesh of this domain), or read in float64 (dtype=torch.float64)")
             raise CoordinateRangeError(
                 f"coordinates reach {big:.6g}, and at node {worst} ({float(np.abs(pos[worst]).max()):.6g}) two "
                 f"nodes are only {spacing:.3g} apart: {dtype} "
@@ -699,7 +726,12 @@ def read_meshio(path: str | Path) -> meshio.Mesh:
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
-            mesh = meshio.read(path)
+            try:
+                mesh = meshio.read(path)
+            except (SystemExit, Exception):
+                mesh = _read_numpy_repr_msh(path)
+                if mesh is None:
+                    raise
     except (SystemExit, Exception) as err:
         said = "; ".join(line.strip().removeprefix("Error: ") for line in printed.getvalue().splitlines()
                          if line.strip())
@@ -726,6 +758,36 @@ def read_meshio(path: str | Path) -> meshio.Mesh:
                             ) from err
     if printed.getvalue().strip():
         log.warning("meshio, reading %s: %s", path, printed.getvalue().strip())
+    return mesh
+
+
+#: a NumPy scalar's ``repr`` (``np.float64(0.5)``), as meshio's ASCII gmsh writer puts values in
+#: ``$NodeData`` / ``$ElementData`` under NumPy 2
+_NUMPY_REPR = re.compile(rb"np\.(?:float|int|uint)\d*\(([^()\s]*)\)")
+
+
+def _read_numpy_repr_msh(path: Path) -> meshio.Mesh | None:
+    """An ASCII gmsh file whose field values meshio wrote as NumPy reprs (``1 np.float64(0.5)``,
+    meshio's writer under NumPy 2), read with the plain numbers; ``None`` for any other file.
+
+    meshio's own reader cannot parse such a file (its fields' sections look truncated), though
+    the numbers are all there: the text is repaired in a temporary copy, never in place."""
+    import tempfile
+
+    import meshio
+
+    if path.suffix.lower() != ".msh":
+        return None
+    with open(path, "rb") as fh:
+        text = fh.read()
+    if not text.startswith(b"$MeshFormat") or not _NUMPY_REPR.search(text):
+        return None
+    with tempfile.TemporaryDirectory() as folder:
+        repaired = Path(folder) / path.name
+        repaired.write_bytes(_NUMPY_REPR.sub(rb"\1", text))
+        mesh = meshio.read(repaired)
+    log.info("%s: field values written as NumPy reprs (np.float64(...), meshio's ASCII gmsh writer under "
+             "NumPy 2) read as plain numbers", path)
     return mesh
 
 

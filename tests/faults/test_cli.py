@@ -21,6 +21,7 @@ from geoattn.errors import (
     DimensionError,
     DTypeError,
     FieldLengthError,
+    InputFilesError,
     MeshFileError,
     NonFiniteOutputError,
     OutputError,
@@ -184,8 +185,10 @@ CASES = [
     ("predict-mesh-empty", PREDICT + ["--mesh", "{d}/empty.vtu"], "empty.vtu \\(the file is empty\\)", MeshFileError),
     ("predict-mesh-truncated", PREDICT + ["--mesh", "{d}/truncated.vtu"], "cannot read mesh file .*truncated.vtu",
      MeshFileError),
-    # a folder is predicted file by file: the first file that cannot be is named, nothing is written
-    ("predict-mesh-folder", PREDICT + ["--mesh", "{d}"], "cube.vtu: TNO was built for 2-D coordinates", DimensionError),
+    # a folder is predicted file by file: the first file that cannot be is named, and every other
+    # unreadable one after it, in one line; nothing is written (cube.vtu comes first)
+    ("predict-mesh-folder", PREDICT + ["--mesh", "{d}"], "cube.vtu: TNO was built for 2-D coordinates .*empty.vtu "
+     r"\(the file is empty\).*truncated.vtu", InputFilesError),
     ("predict-mesh-dataset", PREDICT + ["--mesh", "{d}/d.h5"], "meshio knows no format for the extension '.h5'",
      MeshFileError),
     ("predict-mesh-3d", PREDICT + ["--mesh", "{d}/cube.vtu"], "built for 2-D coordinates", DimensionError),
