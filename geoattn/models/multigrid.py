@@ -37,8 +37,9 @@ from ..nn.local_integral import _block_diagonal, _csr, _SparseProduct
 from .base import NeuralOperator
 from .encoder import CoordinateFeatures, PointwiseMLP
 
-__all__ = ["GridStencil", "MultigridOperator", "Restriction", "Transfers", "VCycle", "check_box", "covering_box", "grid_stencil",
-           "prolong_to_nodes", "restrict", "restriction", "restriction_entries", "simplex_points"]
+__all__ = ["GridStencil", "MultigridOperator", "Restriction", "SparseMap", "VCycle", "check_box", "covering_box", "grid_stencil",
+           "prolong_to_nodes", "restrict", "restriction", "restriction_entries", "simplex_points",
+           "sparse_map"]
 
 #: margin of a fitted box on every side, as a fraction of the data's largest extent
 BOX_MARGIN = 0.01
@@ -500,43 +501,35 @@ def prolong_to_nodes(grid: torch.Tensor, stencil: GridStencil) -> torch.Tensor:
     return (flat[stencil.index] * stencil.value[:, :, None]).sum(1)  # (N, C)  # quadrature-ok: over the 2^d corners
 
 
-class Transfers(NamedTuple):
-    r"""The first grid's two transfers of one mesh (or a batch, block by block) as CSR matrices,
-    each with its transpose for the backward pass: ``restrict [B G, N]`` (:class:`Restriction`'s
-    rows divided by their sums :math:`\int_D \phi_c`, zero rows where the domain does not reach),
-    ``prolong [N, B G]`` (:func:`grid_stencil`'s values), and ``coverage [B G]``
-    (:math:`\kappa_c`). One sparse product each way replaces a gather and a scatter of
-    :math:`E\, C` values (:func:`restrict`, :func:`prolong_to_nodes`), which dominate the
-    transfers' time on a CPU."""
+class SparseMap(NamedTuple):
+    r"""A constant linear map as a CSR ``matrix`` with its ``transpose`` (CSR too, for the
+    backward pass): :meth:`MultigridOperator.restriction_map` (``[B G, N]``, the rows of
+    :class:`Restriction` divided by their sums :math:`\int_D \phi_c`, zero rows where the domain
+    does not reach) and :meth:`MultigridOperator.prolongation_map` (``[N, B G]``, the values of
+    :func:`grid_stencil`). One sparse product each way replaces the gather and scatter of
+    :func:`restrict` and :func:`prolong_to_nodes`, which dominate the transfers' time on a CPU."""
 
-    restrict: torch.Tensor
-    restrict_t: torch.Tensor
-    prolong: torch.Tensor
-    prolong_t: torch.Tensor
-    coverage: torch.Tensor
+    matrix: torch.Tensor
+    transpose: torch.Tensor
 
-
-def transfers(op: Restriction, stencil: GridStencil, cell_volume: float, num_nodes: int) -> Transfers:
-    """:class:`Transfers` of one graph from its :class:`Restriction` ``op`` and :class:`GridStencil`."""
-    size = len(op.total)
-    scale = 1 / torch.where(op.total > 0, op.total, 1)
-    values = op.values * scale[op.rows]
-    rows = torch.arange(num_nodes, device=stencil.index.device).repeat_interleave(stencil.index.shape[1])
-    cols, vals = stencil.index.reshape(-1), stencil.value.reshape(-1)
-    return Transfers(_csr(op.rows, op.cols, values, (size, num_nodes)), _csr(op.cols, op.rows, values, (num_nodes, size)),
-                     _csr(rows, cols, vals, (num_nodes, size)), _csr(cols, rows, vals, (size, num_nodes)),
-                     op.total / cell_volume)
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """``matrix @ x`` with ``x [n, C]``, differentiable in ``x``."""
+        if self.matrix.dtype != x.dtype:
+            return _SparseProduct.apply(self.matrix.to(x.dtype), self.transpose.to(x.dtype), x)
+        return _SparseProduct.apply(self.matrix, self.transpose, x)
 
 
-def _join_transfers(parts: list[Transfers], nodes: Sequence[int], total: int, cells: int) -> Transfers:
-    """The batch's :class:`Transfers`: the members' block by block (``nodes`` their node offsets,
-    ``total`` the batch's nodes, ``cells`` a grid's cells)."""
-    grids = [g * cells for g in range(len(parts))]
-    return Transfers(_block_diagonal([p.restrict for p in parts], list(nodes), total),
-                     _block_diagonal([p.restrict_t for p in parts], grids, len(parts) * cells),
-                     _block_diagonal([p.prolong for p in parts], grids, len(parts) * cells),
-                     _block_diagonal([p.prolong_t for p in parts], list(nodes), total),
-                     torch.cat([p.coverage for p in parts]))
+def sparse_map(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> SparseMap:
+    """The :class:`SparseMap` of the entries ``(rows, cols, values)`` (summed where repeated)."""
+    return SparseMap(_csr(rows, cols, values, shape), _csr(cols, rows, values, shape[::-1]))
+
+
+def _join_maps(parts: list[SparseMap], row_starts: Sequence[int], col_starts: Sequence[int],
+               shape: tuple[int, int]) -> SparseMap:
+    """The block-diagonal :class:`SparseMap` of a batch's members (block ``k`` at rows
+    ``row_starts[k]``, columns ``col_starts[k]``)."""
+    return SparseMap(_block_diagonal([p.matrix for p in parts], list(col_starts), shape[1]),
+                     _block_diagonal([p.transpose for p in parts], list(row_starts), shape[0]))
 
 
 class _Smoother(nn.Sequential):
@@ -681,8 +674,10 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
     Shapes:
         - input: ``x [N, C_in]`` on ``mesh``, a :class:`~geoattn.mesh.Mesh` of ``N`` nodes in
           ``d`` dimensions (one mesh or a batch, :meth:`~geoattn.mesh.Mesh.batch`; each graph has
-          its own grid stack): ``model(x, mesh)``.
-        - output: ``[N, C_out]``.
+          its own grid stack): ``model(x, mesh)``; optionally ``query``, another mesh with
+          one graph per graph of ``mesh``, inside the box: the output function read at its nodes
+          (``model(x, mesh, query=fine)``, e.g. to take a loss between the nodes of ``mesh``).
+        - output: ``[N, C_out]`` (``[Nq, C_out]`` with a query).
     """
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 32,
@@ -826,38 +821,71 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
 
         return mesh.structure(key, one, join)
 
-    def transfers(self, mesh: Mesh) -> Transfers:
-        """The :class:`Transfers` of ``mesh`` (of :meth:`restriction` and :meth:`stencil`), kept in
-        its memo (for a batch, each member's in the member's, joined block by block)."""
-        key = ("multigrid.transfers", self.box, self.shape, self.points_per_cell)
+    def restriction_map(self, mesh: Mesh) -> SparseMap:
+        """:meth:`restriction` as the :class:`SparseMap` of the cell averages, ``[B G, N]``, kept
+        in the memo (for a batch, each member's in the member's, joined block by block)."""
+        key = ("multigrid.restriction_map", self.box, self.shape, self.points_per_cell)
+        cells = math.prod(self.shape)
 
-        def one(m: Mesh) -> Transfers:
-            return transfers(self.restriction(m), self.stencil(m), self.cell_volume, m.num_nodes)
+        def one(m: Mesh) -> SparseMap:
+            op = self.restriction(m)
+            values = op.values / torch.where(op.total > 0, op.total, 1)[op.rows]
+            return sparse_map(op.rows, op.cols, values, (cells, m.num_nodes))
 
-        def join(batch: Mesh, parts: list) -> Transfers:
-            return _join_transfers(parts, batch.layout.offsets, batch.num_nodes, math.prod(self.shape))
+        def join(batch: Mesh, parts: list) -> SparseMap:
+            return _join_maps(parts, [g * cells for g in range(len(parts))], batch.layout.offsets,
+                              (len(parts) * cells, batch.num_nodes))
+
+        return mesh.structure(key, one, join)
+
+    def coverage(self, mesh: Mesh) -> torch.Tensor:
+        r"""The covered fractions :math:`\kappa_c` ``[B G]`` of :meth:`restriction`, kept in the memo."""
+        key = ("multigrid.coverage", self.box, self.shape, self.points_per_cell)
+        return mesh.structure(key, lambda m: self.restriction(m).total / self.cell_volume,
+                              lambda batch, parts: torch.cat(parts))
+
+    def prolongation_map(self, mesh: Mesh) -> SparseMap:
+        """:meth:`stencil` as the :class:`SparseMap` of the interpolation to the nodes,
+        ``[N, B G]``, kept in the memo like :meth:`restriction_map`."""
+        key = ("multigrid.prolongation_map", self.box, self.shape)
+        cells = math.prod(self.shape)
+
+        def one(m: Mesh) -> SparseMap:
+            st = self.stencil(m)
+            rows = torch.arange(m.num_nodes, device=st.index.device).repeat_interleave(st.index.shape[1])
+            return sparse_map(rows, st.index.reshape(-1), st.value.reshape(-1), (m.num_nodes, cells))
+
+        def join(batch: Mesh, parts: list) -> SparseMap:
+            return _join_maps(parts, batch.layout.offsets, [g * cells for g in range(len(parts))],
+                              (batch.num_nodes, len(parts) * cells))
 
         return mesh.structure(key, one, join)
 
     def _box(self, mesh: Mesh) -> torch.Tensor:
         return torch.tensor(self.box, dtype=mesh.pos.dtype, device=mesh.pos.device)
 
-    def forward(self, x: torch.Tensor, mesh: Mesh) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mesh: Mesh, *, query: Mesh | None = None) -> torch.Tensor:
         self.check_call(x, mesh)
         if self.box is None:  # neither given nor fitted: fitted to this (first) mesh
             self.fit_mesh(mesh)
+        out = mesh if query is None else query
+        if query is not None and (not isinstance(query, Mesh) or query.num_graphs != mesh.num_graphs):
+            raise MeshMismatchError(
+                f"the query must be a geoattn.mesh.Mesh with one graph per graph of the input mesh "
+                f"({mesh.num_graphs}); got {query!r}")
         if not torch.compiler.is_compiling():
             self.check_inside(mesh)
+            if query is not None:
+                self.check_inside(query)
         h = self.lift(self.inputs(x, mesh.pos))  # (N, C)
-        # sparse products where the transfers are constants (not while pos carries gradients, not
-        # in a compiled graph, which fuses the gathers instead)
-        sparse = not (mesh.pos.requires_grad and torch.is_grad_enabled()) and not torch.compiler.is_compiling()
-        if sparse:
-            ops = self.transfers(mesh)
-            b = mesh.num_graphs
-            mean = _SparseProduct.apply(ops.restrict.to(h.dtype), ops.restrict_t.to(h.dtype), h)  # (B G, C)
-            mean = mean.reshape(b, *self.shape, -1).movedim(-1, 1)  # (B, C, *shape)
-            coverage = ops.coverage.to(h.dtype).reshape(b, 1, *self.shape)
+        # sparse products where the transfers are constants (not while the coordinates carry
+        # gradients, not in a compiled graph, which fuses the gathers instead)
+        constant = not torch.compiler.is_compiling() and not (
+            torch.is_grad_enabled() and (mesh.pos.requires_grad or out.pos.requires_grad))
+        b = mesh.num_graphs
+        if constant:
+            mean = self.restriction_map(mesh)(h).reshape(b, *self.shape, -1).movedim(-1, 1)  # (B, C, *shape)
+            coverage = self.coverage(mesh).to(h.dtype).reshape(b, 1, *self.shape)
         else:
             mean, coverage = restrict(h, self.restriction(mesh), self.cell_volume)  # (B, C | 1, *shape)
         g = self.enter(torch.cat([mean, coverage], 1))  # (B, C, *shape)
@@ -867,10 +895,10 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
             g = linear(g) + cycle(g)
             if k < len(self.cycles) - 1:
                 g = F.gelu(g)
-        if sparse:
+        if constant:
             flat = g.movedim(1, -1).reshape(-1, g.shape[1])  # (B G, C)
-            return self.project(_SparseProduct.apply(ops.prolong.to(h.dtype), ops.prolong_t.to(h.dtype), flat))
-        return self.project(prolong_to_nodes(g, self.stencil(mesh)))  # (N, C_out)
+            return self.project(self.prolongation_map(out)(flat))  # (N | Nq, C_out)
+        return self.project(prolong_to_nodes(g, self.stencil(out)))  # (N | Nq, C_out)
 
     def extra_repr(self) -> str:
         return f"grid={self.shape}, levels={self.levels}, box={self.box}"

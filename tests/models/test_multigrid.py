@@ -421,8 +421,29 @@ def test_sparse_transfers_equal_the_gather_and_scatter_in_values_and_gradients(t
     torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
     for u, v in zip(ga, gb):
         torch.testing.assert_close(u, v, rtol=1e-10, atol=1e-12)
-    assert isinstance(model.transfers(parts[0]).restrict, torch.Tensor)
-    assert model.transfers(parts[0]).restrict.layout == torch.sparse_csr
+    assert model.restriction_map(parts[0]).matrix.layout == torch.sparse_csr
+
+
+def test_query_reads_the_output_function_at_other_nodes(two_meshes):
+    """With ``query=`` the model answers at the query mesh's nodes from the input mesh's values:
+    at the refined mesh's nodes (the coarse nodes first) it gives the coarse mesh's own outputs
+    there; the query of the mesh itself is the plain call; a batch equals its members; the
+    answer is the same with the gather path (coordinates carrying gradients)."""
+    model = _model()
+    coarse, fine = (Mesh(m.pos, m.weight, m.cells) for m in two_meshes)
+    x = two_meshes[0].x
+    own = model(x, coarse)
+    on_fine = model(x, coarse, query=fine)
+    assert on_fine.shape == (fine.num_nodes, 1)
+    torch.testing.assert_close(on_fine[:coarse.num_nodes], own, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(model(x, coarse, query=coarse), own, rtol=1e-12, atol=1e-12)
+    both = model(torch.cat([x, x]), Mesh.batch([coarse, coarse]), query=Mesh.batch([fine, coarse]))
+    torch.testing.assert_close(both, torch.cat([on_fine, own]), rtol=1e-12, atol=1e-12)
+    moving = Mesh(fine.pos.clone().requires_grad_(True), fine.weight, fine.cells)
+    torch.testing.assert_close(model(x, coarse, query=moving), on_fine, rtol=1e-12, atol=1e-12)
+    from geoattn.errors import MeshMismatchError
+    with pytest.raises(MeshMismatchError, match="one graph per graph"):
+        model(x, coarse, query=Mesh.batch([fine, fine]))
 
 
 def test_smoothing_per_level():

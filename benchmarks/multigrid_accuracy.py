@@ -1,0 +1,170 @@
+"""The multigrid's accuracy on every mesh of the square, by how it is trained: short trainings side
+by side, the ratios of the errors on the refined, graded and foreign meshes to the training mesh's.
+
+    python benchmarks/multigrid_accuracy.py --variants nodes refined query --seeds 0 1 --epochs 15 --out acc_out
+
+Piecewise Darcy on the square (:func:`darcy.race.race_data` at the ``race`` scale: the 1 089-node
+irregular training mesh, 200 training and 50 test samples per mesh), ``multigrid`` configured as
+the race configures it (:func:`darcy.race.multigrid_configuration`), wrapped in
+:class:`geoattn.train.NormalizedOperator`, trained by a plain loop (AdamW at 1e-3 with weight decay
+1e-4, one-cycle schedule over the run, gradient norm clipped at 1, batch 4) for ``--epochs``
+epochs (stopped early past ``--seconds``). The variants differ in the training loss only:
+
+- ``nodes``: the weighted relative L2 error at the training mesh's nodes;
+- ``refined``: the same on :func:`geoattn.data.refined_samples` (inputs and targets carried to
+  the training mesh refined once: the model computes on 4x the nodes);
+- ``query``: the inputs at the training mesh's nodes, the output read at the refined mesh's
+  nodes (``model(x, mesh, query=fine)``) and scored there against the targets' piecewise-linear
+  interpolants: the :math:`L^2(D)` error of the model's function against the interpolant, the
+  inputs as the model sees them at test time.
+
+``VARIANT:1,2,2,2`` gives the model those smoothing steps per level. Each run writes
+``OUT/<variant>-s<seed>.json``; a rerun skips finished runs. The table: the error on every mesh,
+the worst / train ratio, epochs and seconds per epoch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from darcy.race import SCALES, multigrid_configuration, race_data
+from geoattn.data import refined_samples
+from geoattn.mesh import Mesh
+from geoattn.models import build_model
+from geoattn.train import NormalizedOperator, relative_l2
+from results_page import markdown_table
+
+MODES = ("nodes", "refined", "query")
+
+
+def mesh_of(sample) -> Mesh:
+    return Mesh(sample.pos, sample.weight, sample.cells)
+
+
+def stacked(samples, ids, field):
+    return torch.cat([getattr(samples[i], field) for i in ids])
+
+
+def train_one(mode: str, smoothing, seed: int, data: dict, scale, epochs: int, seconds: float) -> dict:
+    """Train one variant; its errors on every test mesh and its timing."""
+    train = data["train"]
+    fine_samples = refined_samples(train) if mode in ("refined", "query") else None
+    coarse, fine = mesh_of(train[0]), (mesh_of(fine_samples[0]) if fine_samples is not None else None)
+    torch.manual_seed(seed)
+    kw = dict(multigrid_configuration(scale, "square"), width=scale.width, depth=scale.depth)
+    if smoothing:
+        kw["smoothing"] = smoothing
+    op = NormalizedOperator(build_model("multigrid", in_channels=1, out_channels=1, dim=2, **kw))
+    fit = fine_samples if mode == "refined" else train
+    op.x_normalizer.fit((d.x, d.weight) for d in fit)
+    op.y_normalizer.fit((d.y, d.weight) for d in fit)
+    op.fit_mesh(fine if mode == "refined" else coarse)
+    b = scale.batch_size
+    steps = epochs * (len(train) // b)
+    opt = torch.optim.AdamW(op.parameters(), lr=scale.lr, weight_decay=scale.weight_decay)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=scale.lr, total_steps=steps)
+    gen = torch.Generator().manual_seed(seed)
+    start, done = time.perf_counter(), 0
+    op.train()
+    for epoch in range(epochs):
+        order = torch.randperm(len(train), generator=gen).tolist()
+        for k in range(0, len(order) - b + 1, b):
+            ids = order[k:k + b]
+            if mode == "nodes":
+                mesh = Mesh.batch([coarse] * b)
+                pred, y, at = op(stacked(train, ids, "x"), mesh), stacked(train, ids, "y"), mesh
+            elif mode == "refined":
+                mesh = Mesh.batch([fine] * b)
+                pred, y, at = op(stacked(fine_samples, ids, "x"), mesh), stacked(fine_samples, ids, "y"), mesh
+            else:
+                mesh, at = Mesh.batch([coarse] * b), Mesh.batch([fine] * b)
+                pred, y = op(stacked(train, ids, "x"), mesh, query=at), stacked(fine_samples, ids, "y")
+            loss = relative_l2(pred, y, at)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(op.parameters(), 1.0)
+            opt.step()
+            sched.step()
+        done += 1
+        if time.perf_counter() - start > seconds:
+            break
+    elapsed = time.perf_counter() - start
+    op.eval()
+    errors = {}
+    with torch.no_grad():
+        for name, samples in data["test"].items():
+            mesh1 = mesh_of(samples[0])
+            errs = []
+            for k in range(0, len(samples), b):
+                ids = list(range(k, min(k + b, len(samples))))
+                mesh = Mesh.batch([mesh1] * len(ids))
+                errs.append(relative_l2(op(stacked(samples, ids, "x"), mesh), stacked(samples, ids, "y"), mesh,
+                                        reduction="none"))
+            errors[name] = float(torch.cat(errs).mean())
+    return {"mode": mode, "smoothing": smoothing, "seed": seed, "epochs": done, "seconds": elapsed,
+            "seconds_per_epoch": elapsed / done, "test": errors, "load": os.getloadavg()[0]}
+
+
+def parse(variant: str) -> tuple[str, tuple[int, ...] | None]:
+    mode, _, steps = variant.partition(":")
+    if mode not in MODES:
+        raise ValueError(f"variant {variant!r}: the mode must be one of {MODES}")
+    return mode, tuple(int(k) for k in steps.split(",")) if steps else None
+
+
+def table(runs: list[dict]) -> str:
+    meshes = list(runs[0]["test"])
+    groups: dict[str, list[dict]] = {}
+    for r in runs:
+        name = r["mode"] + (f", smoothing={tuple(r['smoothing'])}" if r["smoothing"] else "")
+        groups.setdefault(name, []).append(r)
+    head = ["variant", "seeds", "epochs", "s / epoch"] + meshes + ["worst / train"]
+    rows = []
+    for name, rs in groups.items():
+        mean = {m: float(np.mean([r["test"][m] for r in rs])) for m in meshes}
+        ratios = [max(r["test"][m] for m in meshes[1:]) / r["test"][meshes[0]] for r in rs]
+        rows.append([name, len(rs), "/".join(str(r["epochs"]) for r in rs),
+                     f"{np.mean([r['seconds_per_epoch'] for r in rs]):.2f}",
+                     *(f"{mean[m]:.4f}" for m in meshes), " / ".join(f"{x:.2f}" for x in ratios)])
+    return markdown_table(head, rows)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variants", nargs="+", default=["nodes", "refined", "query"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    parser.add_argument("--epochs", type=int, default=15)
+    parser.add_argument("--seconds", type=float, default=120.0, help="stop a run after the epoch that passes this")
+    parser.add_argument("--scale", default="race", choices=list(SCALES))
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    scale = SCALES[args.scale]
+    args.out.mkdir(parents=True, exist_ok=True)
+    data = None
+    runs = []
+    for variant in args.variants:
+        mode, smoothing = parse(variant)
+        for seed in args.seeds:
+            path = args.out / f"{variant.replace(':', '-').replace(',', '')}-s{seed}.json"
+            if not path.exists():
+                data = data or race_data("piecewise", scale, 0, "square")
+                run = train_one(mode, smoothing, seed, data, scale, args.epochs, args.seconds)
+                path.write_text(json.dumps(run))
+                print(variant, seed, run["test"], f"{run['seconds']:.0f} s", file=sys.stderr)
+            runs.append(json.loads(path.read_text()))
+    print(table(runs))
+    return runs
+
+
+if __name__ == "__main__":
+    main()
