@@ -48,8 +48,8 @@ from problems.calvello import calvello_coefficient, calvello_field
 from geoattn.data.darcy import DarcyProblem, sample_data
 from geoattn.mesh import Mesh, families, from_meshio
 from geoattn.train import relative_l2
-from kolmogorov import (best_model, error_bars, load_or_make, markdown, model_kwargs, parse_arguments, report,
-                        save_png, train_models)
+from kolmogorov import (best_model, curves_section, error_bars, load_or_make, markdown, model_kwargs,
+                        parse_arguments, report, save_png, train_models)
 
 log = logging.getLogger("darcy_calvello")
 
@@ -221,9 +221,12 @@ def main(argv: list[str] | None = None) -> dict:
         return kwargs
 
     operators = train_models(names, kwargs_of, training, tests, scale, device, args.seed,
-                             args.loss == "h1", results, log)
+                             args.loss == "h1", results, log, args.out)
     table = markdown(results, baselines=("training mean", "P1 solve on the mesh"), paper=PAPER,
                      paper_title="paper (Table 1, 64 x 64 grid)")
+    baselines = {"training mean": float(np.median(results["training mean"]["grid"])), "paper TNO (64^2)": PAPER["tno"]}
+    table += "\n" + curves_section(args, results, baselines, f"Calvello's Darcy, {scale.grid}^2 grid, "
+                                    f"{scale.n_train} training samples")
     report(args, scale, device, results, table, data_seconds, tic,
            title="Darcy with Calvello's covariance and the H¹ loss (`benchmarks/darcy_calvello.py`)")
     if args.figure and operators:

@@ -59,13 +59,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from learning_curves import draw_learning_curves, time_table
 from timing import machine as describe_machine
 from results_page import add_docs_argument, write_page
 
 from problems.navier_stokes import (LENGTH, KolmogorovSolver, PeriodicGaussianField, evaluate,
                                     grid_values, kolmogorov_pairs, pair_samples,
                                     periodic_voronoi_weights, scattered_points, torus_grid)
-from geoattn.mesh import Mesh
+from geoattn.errors import ConfigError
+from geoattn.mesh import Mesh, as_samples
 from geoattn.models import MODELS, build_model
 from geoattn.nn.spectral import resolved_modes
 from geoattn.train import NormalizedOperator, Trainer, evaluate_errors, relative_l2
@@ -98,6 +100,7 @@ class Scale:
     depth: int = 3
     num_heads: int = 4
     models: tuple[str, ...] = ("tno", "galerkin", "slice", "mesh_fno")
+    target: str = "increment"  # what the model predicts: "increment" omega(T + dt) - omega(T), or "state"
 
 
 SCALES = {
@@ -175,42 +178,104 @@ def samples_on(coefficients: dict, where: dict, rows: slice, device: str = "cpu"
     return pair_samples(x.cpu(), y.cpu(), where["pos"], where["weight"], where["cells"])
 
 
-def model_kwargs(name: str, scale: Scale, nodes: int) -> dict:
+def model_kwargs(name: str, scale: Scale, nodes: int, period: float | None = None) -> dict:
     """Constructor arguments of a registered model at this scale: width and depth for all, heads
-    for the attention models, and for ``mesh_fno`` the modes the training nodes resolve
-    (:func:`geoattn.nn.spectral.resolved_modes`, at most 12 as in the paper's FNO) on the
-    declared torus ``period=LENGTH`` (the flow is periodic: no padding, and the nodes' bounding
-    box is not the period); for the patched models (``vit``, ``fano``) 16 patches
-    and the paper's modes (:data:`PATCH_MODES`), at most those their nodes resolve."""
+    for the attention models, for ``mesh_fno`` the modes the training nodes resolve
+    (:func:`geoattn.nn.spectral.resolved_modes`, at most 12 as in the paper's FNO), for the
+    patched models (``vit``, ``fano``) 16 patches and the paper's modes (:data:`PATCH_MODES`), at
+    most those their nodes resolve, and for every model that takes one the declared ``period``
+    (Kolmogorov: the torus, ``LENGTH``; the nodes' bounding box is not the period)."""
     params = inspect.signature(MODELS[name].__init__).parameters
     kw = {"width": scale.width, "depth": scale.depth}
     if "num_heads" in params:
         kw["num_heads"] = scale.num_heads
     if name == "mesh_fno":
-        kw.update(modes=max(1, min(12, resolved_modes(nodes, 2))), period=LENGTH)
+        kw["modes"] = max(1, min(12, resolved_modes(nodes, 2)))
     if "num_patches" in params:  # ViT-NO, FANO: the paper's 16 patches and modes, at most what they resolve
         kw.update(num_patches=16, modes=min(PATCH_MODES[name], resolved_modes(nodes / 16, 2)))
+    if period is not None and "period" in params:
+        kw["period"] = period
     return {k: v for k, v in kw.items() if k in params}
 
 
+class IncrementOperator(torch.nn.Module):
+    """The state after the interval from a model of the increment: ``x + op(x, mesh)``. Scored,
+    and its node-average ablation taken (``unweighted``), like the operator it wraps."""
+
+    def __init__(self, op: NormalizedOperator):
+        super().__init__()
+        self.op = op
+
+    @property
+    def unweighted(self) -> bool:
+        return self.op.unweighted
+
+    @unweighted.setter
+    def unweighted(self, value: bool) -> None:
+        self.op.unweighted = value
+
+    def forward(self, x: torch.Tensor, mesh: Mesh, *, query: Mesh | None = None) -> torch.Tensor:
+        if query is not None:
+            raise ConfigError("an increment model answers on its input mesh only; call it without query=")
+        return x + self.op(x, mesh)
+
+
+def increments(samples: list) -> list:
+    """The samples with the increment ``y - x`` as their target."""
+    out = []
+    for d in samples:
+        d = d.clone()
+        d.y = d.y - d.x
+        out.append(d)
+    return out
+
+
+def check_run_settings(folder: Path, settings: dict) -> None:
+    """Keep ``settings`` in ``folder/run.json``; refuse to resume a run made with other settings."""
+    path = folder / "run.json"
+    settings = json.loads(json.dumps(settings))
+    if path.exists() and json.loads(path.read_text()) != settings:
+        raise ConfigError(f"{folder} holds a run with other settings ({path}); give another --out, or delete it")
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings, indent=1))
+
+
 def train(name: str, kwargs: dict, samples: list, scale: Scale, device: torch.device, seed: int = 0,
-          h1: bool = True) -> tuple[NormalizedOperator, dict]:
-    """Train one registered model on ``samples`` with :class:`geoattn.train.Trainer`."""
+          h1: bool = True, out: Path | None = None, curve_samples: list | None = None,
+          ) -> tuple[torch.nn.Module, dict]:
+    """Train one registered model on ``samples`` with :class:`geoattn.train.Trainer` (to the
+    increment ``y - x`` when ``scale.target == "increment"``; the operator returned then adds
+    the input back). With ``out``, checkpoints go to ``out`` and a run found there is resumed.
+    With ``curve_samples``, the median relative L2 error on them is recorded after every epoch
+    (``info["curve"]``: ``[(epoch, error)]``, epochs from 1)."""
+    increment = getattr(scale, "target", "state") == "increment"
+    if out is not None:
+        check_run_settings(out, {"model": name, "kwargs": kwargs, "scale": asdict(scale), "h1": h1, "seed": seed})
     torch.manual_seed(seed)
     model = build_model(name, in_channels=1, out_channels=1, dim=2, **kwargs)
     op = NormalizedOperator(model).to(device)
-    trainer = Trainer(op, epochs=scale.epochs, batch_size=scale.batch_size, lr=scale.lr, h1=h1,
-                      seed=seed, progress=True)
-    tic = time.perf_counter()
-    history = trainer.fit([d.to(device) for d in samples])
+    scored = IncrementOperator(op) if increment else op
+    trainer = Trainer(op, out, epochs=scale.epochs, batch_size=scale.batch_size, lr=scale.lr, h1=h1,
+                      seed=seed, progress=out is None)
+    curve = as_samples([d.to(device) for d in curve_samples]) if curve_samples else None
+
+    def on_epoch(epoch: int, row: dict) -> None:
+        row["test"] = statistics.median(evaluate_errors(scored, curve, scale.batch_size).tolist())
+        log.info("%s epoch %d: train %.3e, test (median relative L2) %.3e, %.0f s", name, epoch + 1,
+                 row["train"], row["test"], row["train_seconds"])
+
+    training = [d.to(device) for d in samples]
+    history = trainer.fit(increments(training) if increment else training, resume=out is not None,
+                          on_epoch=on_epoch if curve is not None else None)
     info = {"parameters": sum(p.numel() for p in op.parameters() if p.requires_grad),
-            "train_seconds": time.perf_counter() - tic, "train_loss": history[-1]["train"],
-            "epochs": len(history), "kwargs": kwargs}
-    return op, info
+            "train_seconds": history[-1]["train_seconds"], "train_loss": history[-1]["train"],
+            "epochs": len(history), "kwargs": kwargs, "target": "increment" if increment else "state",
+            "curve": [(row["epoch"] + 1, row["test"]) for row in history if "test" in row]}
+    return scored, info
 
 
 @torch.no_grad()
-def score(op: NormalizedOperator, sets: dict[str, list], device: torch.device, batch_size: int = 4) -> dict:
+def score(op: torch.nn.Module, sets: dict[str, list], device: torch.device, batch_size: int = 4) -> dict:
     """Per-sample relative L2 errors on every set, with the quadrature weights and with the
     node-average weights: ``{set: {"weighted": [S], "node_average": [S]}}``."""
     out = {}
@@ -376,12 +441,18 @@ def parse_arguments(argv, doc: str, scales: dict, scale_cls, fields: tuple[str, 
         extra(parser)
     for field in fields:
         parser.add_argument("--" + field.replace("_", "-"), type=int, help=f"override the scale's {field}")
+    parser.add_argument("--lr", type=float, help="override the scale's peak learning rate")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: 1)")
     parser.add_argument("--cache", type=Path, help=cache_help)
-    parser.add_argument("--out", type=Path, help="folder for results.json and table.md")
+    parser.add_argument("--out", type=Path, help="folder for results.json and table.md, and each model's run "
+                        "in <out>/<model> (checkpoints, metrics.csv with the test error per epoch): "
+                        "running the command again resumes the runs found there")
     parser.add_argument("--figure", type=Path, help="PNG path for the figure")
+    parser.add_argument("--curves", type=Path, help="PNG path for the learning curves (needs --out)")
     add_docs_argument(parser)
     args = parser.parse_args(argv)
+    if args.curves and not args.out:
+        parser.error("--curves draws the test errors recorded in the runs under --out: give --out")
     args.command = " ".join(["python", f"benchmarks/{script}.py", *(sys.argv[1:] if argv is None else argv)])
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     logging.getLogger("geoattn.train").setLevel(logging.INFO)  # one line per epoch
@@ -396,13 +467,25 @@ def parse_arguments(argv, doc: str, scales: dict, scale_cls, fields: tuple[str, 
 
 
 def train_models(names: list[str], kwargs_of, training: list, tests: dict, scale, device: torch.device,
-                 seed: int, h1: bool, results: dict, logger: logging.Logger) -> dict:
+                 seed: int, h1: bool, results: dict, logger: logging.Logger, out: Path | None = None) -> dict:
     """Train every model (``kwargs_of(name)``: its constructor keywords), score it on every test
-    set into ``results["models"]``, and return the trained operators (on the CPU)."""
+    set into ``results["models"]``, and return the trained operators (on the CPU). With ``out``,
+    each model's run lives in ``out/<name>`` (checkpoints, ``metrics.csv``, ``scores.json``): a
+    run found there is resumed, a finished one only scored (or its scores read), and the test
+    error on the training grid is recorded after every epoch (``info["curve"]``)."""
     operators = {}
+    training_set = next(iter(tests))
     for name in names:
-        op, info = train(name, kwargs_of(name), training, scale, device, seed, h1=h1)
-        info["errors"] = score(op, tests, device, scale.batch_size)
+        folder = None if out is None else out / name
+        op, info = train(name, kwargs_of(name), training, scale, device, seed, h1=h1, out=folder,
+                         curve_samples=tests[training_set] if folder is not None else None)
+        cached = None if folder is None else folder / "scores.json"
+        if cached is not None and cached.exists() and json.loads(cached.read_text())["epochs"] == info["epochs"]:
+            info["errors"] = json.loads(cached.read_text())["errors"]
+        else:
+            info["errors"] = score(op, tests, device, scale.batch_size)
+            if cached is not None:
+                cached.write_text(json.dumps({"epochs": info["epochs"], "errors": info["errors"]}))
         results["models"][name] = info
         operators[name] = op.cpu()
         logger.info("%s: %s", name, {s: round(summary(e["weighted"])[0], 5) for s, e in info["errors"].items()})
@@ -436,15 +519,48 @@ def report(args, scale, device: torch.device, results: dict, table: str, data_se
     return total
 
 
+def curves_section(args, results: dict, baselines: dict[str, float], title: str) -> str:
+    """Draw the learning curves of ``results["models"]`` with ``baselines`` (``{label: error}``)
+    to ``args.curves`` when given, and return the page's section on them: the figure's link (from
+    the ``--docs`` page) and the time and error per model (:func:`learning_curves.time_table`)."""
+    curves = {name: r["curve"] for name, r in results["models"].items() if r.get("curve")}
+    if not curves:
+        return ""
+    lines = ["## Learning curves", ""]
+    if args.curves:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        draw_learning_curves(ax, curves, baselines)
+        ax.set_title(title, fontsize=10)
+        fig.tight_layout()
+        save_png(fig, args.curves)
+        plt.close(fig)
+        link = os.path.relpath(args.curves, args.docs.parent if args.docs else Path.cwd())
+        lines += [f"![learning curves]({Path(link).as_posix()})", ""]
+    lines += ["Test error after every epoch (median relative L2 on the test pairs of the training grid); "
+              "training time per model (over the sessions of a resumed run):", "", time_table(results["models"]), ""]
+    return "\n".join(lines)
+
+
 def best_model(results: dict, operators: dict) -> str:
     """The model with the lowest median error on the training discretisation ``grid``."""
     return min(operators, key=lambda n: summary(results["models"][n]["errors"]["grid"]["weighted"])[0])
 
 
+def target_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", choices=("increment", "state"),
+                        help="what the models predict: the increment omega(T + dt) - omega(T) (default; the "
+                             "state is the input plus it) or the state omega(T + dt)")
+
+
 def main(argv: list[str] | None = None) -> dict:
     args, scale, names, device = parse_arguments(
         argv, __doc__, SCALES, Scale, ("grid", "points", "n_train", "n_test", "epochs", "batch_size", "width", "depth"),
-        "registered model names (default: the scale's)", "folder to keep the generated pairs in")
+        "registered model names (default: the scale's)", "folder to keep the generated pairs in", extra=target_option)
     log.setLevel(logging.INFO)
     tic = time.perf_counter()
     coefficients = pairs(scale, args.seed, args.device, args.cache)
@@ -457,10 +573,13 @@ def main(argv: list[str] | None = None) -> dict:
              data_seconds, time.perf_counter() - tic)
     results = {"nodes": {k: len(w["pos"]) for k, w in where.items()}, "models": {},
                "identity": identity_errors(tests), **physics_errors(coefficients, where, test_rows, scale, tests)}
-    operators = train_models(names, lambda name: model_kwargs(name, scale, len(where["grid"]["pos"])),
-                             training, tests, scale, device, args.seed, args.loss == "h1", results, log)
-    report(args, scale, device, results, markdown(results, paper=PAPER, baselines=("identity", "linear part", "Euler step")),
-           data_seconds, tic)
+    operators = train_models(names, lambda name: model_kwargs(name, scale, len(where["grid"]["pos"]), LENGTH),
+                             training, tests, scale, device, args.seed, args.loss == "h1", results, log, args.out)
+    table = markdown(results, paper=PAPER, baselines=("identity", "linear part", "Euler step"))
+    baselines = {name: statistics.median(results[name]["grid"]) for name in ("identity", "Euler step")}
+    table += "\n" + curves_section(args, results, baselines, f"Kolmogorov flow, {scale.grid}^2 grid, "
+                                    f"{scale.n_train} training pairs, target: {scale.target}")
+    report(args, scale, device, results, table, data_seconds, tic)
     if args.figure and operators:
         best = best_model(results, operators)
         plot(coefficients, results["models"][best], where["graded"], operators[best],

@@ -457,7 +457,8 @@ class Trainer:
             writer.writerows(self.history)
 
     def fit(self, train: Sequence, val: Sequence | None = None, resume: bool = False,
-            on_step: Callable[[int, int], None] | None = None) -> list[dict[str, float]]:
+            on_step: Callable[[int, int], None] | None = None,
+            on_epoch: Callable[[int, dict], None] | None = None) -> list[dict[str, float]]:
         """Train and return the per-epoch metrics (``epoch``, ``train``, ``val``, ``lr``, ``seconds``:
         the epoch's training time, ``train_seconds``: the training time so far, over the sessions
         of a resumed run).
@@ -465,6 +466,11 @@ class Trainer:
         ``resume=True`` continues from ``out_dir/last.pt`` when it exists, with the training time
         it records (a run with a time budget resumed after the budget ran out trains no more).
         ``on_step(epoch, step)`` is called before every optimiser step (for tests and monitoring).
+        ``on_epoch(epoch, row)`` is called at the end of every epoch, before the epoch's metrics
+        are recorded and its checkpoints written, with the model in the state it ends the epoch
+        in: it may add entries to ``row`` (a test error, say), which are then kept like the
+        others, in ``metrics.csv``, in the returned history and in the checkpoint (so a resumed
+        run keeps the earlier epochs' entries). Numbers only: the entries are written as columns.
 
         Every sample is checked first (:func:`validate_samples`): a bad one raises its typed
         error, naming the sample, before the normalisers are fitted or anything is written.
@@ -609,6 +615,8 @@ class Trainer:
                        "lr": schedule.get_last_lr()[0], "seconds": seconds, "train_seconds": elapsed}
                 if val:
                     row["val"] = float(evaluate_errors(op, val, self.batch_size, self.h1).mean())  # quadrature-ok: over samples
+                if on_epoch is not None:
+                    on_epoch(epoch, row)
                 self.history.append(row)
                 score = row["val"] if val else row["train"]
                 payload = {**operator_payload(op), "trainer": self.settings}

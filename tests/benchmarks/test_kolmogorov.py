@@ -78,3 +78,24 @@ def test_patched_models_take_the_papers_modes_where_their_patches_resolve_them(s
     assert script.model_kwargs("fano", cpu, 32 ** 2)["modes"] == 1
     assert script.model_kwargs("fano", cpu, 152 ** 2)["modes"] == 9  # the smallest square grid for 9
     assert script.model_kwargs("fano", cpu, 150 ** 2)["modes"] == 8
+
+
+def test_runs_resume_and_record_the_test_error_of_every_epoch(script, tmp_path):
+    """With --out each model's run is kept: the curve holds one test error per epoch, its last
+    point is the table's grid error (the same pairs, the same metric, the input plus the learned
+    increment), and the same command again trains nothing more and reads the same numbers."""
+    argv = ["--scale", "tiny", "--models", "tno", "--device", "cpu", "--epochs", "2", "--out", str(tmp_path),
+            "--curves", str(tmp_path / "curves.png"), "--docs", str(tmp_path / "page.md")]
+    first = script.main(argv)["models"]["tno"]
+    assert first["target"] == "increment"
+    assert [epoch for epoch, _ in first["curve"]] == [1, 2]
+    grid = sorted(first["errors"]["grid"]["weighted"])
+    assert first["curve"][-1][1] == pytest.approx((grid[0] + grid[1]) / 2, rel=1e-5)  # the median of 2
+    assert (tmp_path / "tno" / "last.pt").exists() and (tmp_path / "curves.png").stat().st_size > 1000
+    page = (tmp_path / "page.md").read_text()
+    assert "![learning curves](curves.png)" in page and "| tno | 2 |" in page
+    again = script.main(argv)["models"]["tno"]
+    assert again["curve"] == first["curve"] and again["train_seconds"] == first["train_seconds"]
+    assert again["errors"] == first["errors"]
+    with pytest.raises(script.ConfigError, match="other settings"):  # not resumed with other sizes
+        script.main(argv[:-6] + ["--width", "12", "--out", str(tmp_path)])
