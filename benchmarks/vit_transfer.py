@@ -135,8 +135,16 @@ def run_from_lift(op, spec: torch.Tensor, xn: torch.Tensor, mesh: Mesh) -> torch
 
 
 def patch_counts(model, mesh: Mesh) -> tuple[int, int]:
-    counts = sorted(model.patch_index(mesh).geometry.counts)
+    part = model.partitions(mesh)[0]
+    counts = sorted(torch.bincount(part.transfer(mesh.pos), minlength=part.num_parts).tolist())
     return counts[0], counts[(len(counts) - 1) // 2]
+
+
+def nodal_lift(model) -> bool:
+    """Whether the model's lift is ViT-NO's patch Fourier lift on the nodes (the ``coef@*``
+    columns swap its coefficients); with ``quadrature="tokens"`` or FANO's pointwise lift they
+    do not apply."""
+    return model.spectral_lift and model.quadrature != "tokens"
 
 
 def evaluate(op, test: dict, meshes: dict) -> dict:
@@ -158,6 +166,12 @@ def evaluate(op, test: dict, meshes: dict) -> dict:
             for d in samples:
                 x_down = down(d.x.double()).to(d.x.dtype)
                 cols["direct"].append(rel(op(d.x, em), d.y, d.weight))
+                cols["latent"].append(rel(latent(d.x, em), d.y, d.weight))
+                cols["in@train"].append(rel(op(up(x_down.double()).to(d.x.dtype), em), d.y, d.weight))
+                if not nodal_lift(model):
+                    cols["coef@train"].append(float("nan")), cols["coef@fine"].append(float("nan"))
+                    gaps.append((float("nan"),) * 4)
+                    continue
                 xn_e, xn_t = op.x_normalizer.encode(d.x), op.x_normalizer.encode(x_down)
                 c_mesh, c_train = lift_coefficients(model, xn_e, em), lift_coefficients(model, xn_t, tm)
                 assert torch.allclose(lift_from(model, c_mesh, em), spectral_lift(model, xn_e, em), atol=1e-5)
@@ -169,8 +183,6 @@ def evaluate(op, test: dict, meshes: dict) -> dict:
                 cols["coef@fine"].append(rel(run_from_lift(op, lift_from(model, c_fine, em), xn_e, em),
                                              d.y, d.weight))
                 gaps.append(coefficient_gap(c_mesh, c_fine) + coefficient_gap(c_train, c_fine))
-                cols["latent"].append(rel(latent(d.x, em), d.y, d.weight))
-                cols["in@train"].append(rel(op(up(x_down.double()).to(d.x.dtype), em), d.y, d.weight))
             fewest, median = patch_counts(model, em)
             # the same model with a partition fitted on this mesh (the training patch length kept)
             own = make_partition(em.pos, em.weight, train_part.num_parts, cells=em.cells, method=train_part.method)
@@ -199,9 +211,10 @@ def main(argv=None):
                         help="initialisation seeds, one trained model each (default: 0); the data stays the same")
     parser.add_argument("--quick", action="store_true", help="the base variant only")
     parser.add_argument("--variants", nargs="*", default=None,
-                        help="names among: base modes0 modes1 P4 P4m1 metis p1 p1metis P4p1 P4p1s (p1: the "
-                             "lift's patch coefficients exact on the P1 interpolant, quadrature='p1'; s: the "
-                             "attention scores too, scores='p1')")
+                        help="names among: base modes0 modes1 P4 P4m1 metis p1 p1metis P4p1 P4p1s tok default fano "
+                             "fano_tok fano_default (p1: the lift's patch coefficients exact on the P1 interpolant, "
+                             "quadrature='p1'; s: the attention scores too, scores='p1'; tok: quadrature='tokens'; "
+                             "default: the constructor's defaults)")
     add_docs_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -221,29 +234,40 @@ def main(argv=None):
                 "p1": dict(num_patches=16, modes=2, quadrature="p1"),
                 "p1metis": dict(num_patches=16, modes=2, partition_method="metis", quadrature="p1"),
                 "P4p1": dict(num_patches=4, modes=2, quadrature="p1"),
-                "P4p1s": dict(num_patches=4, modes=2, quadrature="p1", scores="p1")}
+                "P4p1s": dict(num_patches=4, modes=2, quadrature="p1", scores="p1"),
+                "tok": dict(num_patches=4, modes=2, quadrature="tokens"),
+                "default": dict(),
+                "fano": dict(model="fano", num_patches=4, modes=2, quadrature="nodal"),
+                "fano_tok": dict(model="fano", num_patches=4, modes=2, quadrature="tokens"),
+                "fano_default": dict(model="fano")}
     chosen = ["base"] if args.quick else (args.variants or list(variants))
     rows = []
     for name in chosen:
-        kw = dict(partition_method="rcb") | variants[name]
+        kw = dict(variants[name])
+        model_name = kw.pop("model", "vit")
+        if name not in ("default", "fano_default"):
+            kw = dict(partition_method="rcb") | kw
         runs = []
         for seed in args.seeds:
             torch.manual_seed(seed)
-            model = build_model("vit", in_channels=1, out_channels=1, width=args.width, depth=2, num_heads=4, **kw)
+            model = build_model(model_name, in_channels=1, out_channels=1, width=args.width, depth=2, num_heads=4,
+                                **kw)
+            kw_used = {k: model.hparams[k] for k in ("num_patches", "modes", "quadrature")}
             op = NormalizedOperator(model)
             t = time.time()
             Trainer(op, epochs=args.epochs, batch_size=4, lr=3e-3, progress=False).fit(train)
             op.eval()
             runs.append(evaluate(op, test, meshes))
-            print(f"{name} seed {seed}: trained {time.time() - t:.0f}s, train-mesh error "
-                  f"{runs[-1]['train']['abs']:.4f}", flush=True)
-        rows.append((name, kw, combine(runs)))
+            print(f"{name} seed {seed}: trained and scored {time.time() - t:.0f}s, train-mesh error "
+                  f"{runs[-1]['train']['abs']:.4f}, direct ratios " + ", ".join(
+                      f"{mesh} {r['direct']:.3f}" for mesh, r in runs[-1].items() if mesh != "train"), flush=True)
+        rows.append((name, kw_used | {"model": model_name}, combine(runs)))
     print("\nratios (mesh error / training-mesh error), mean over seeds [range]; nodes/patch = fewest/median of "
           "the transferred partition; K_res = resolved_modes(fewest)")
-    head = ["variant", "P", "K", "mesh", "error", *COLS, "nodes/patch", "K_res", "dc0", "dcK", "dc0_t", "dcK_t"]
-    body = [[name, kw["num_patches"], kw["modes"], mesh, f"{r['abs']:.4f}",
+    head = ["variant", "model", "quadrature", "P", "K", "mesh", "error", *COLS, "nodes/patch", "K_res", "dc0", "dcK", "dc0_t", "dcK_t"]
+    body = [[name, kw["model"], kw["quadrature"], kw["num_patches"], kw["modes"], mesh, f"{r['abs']:.4f}",
              *(cell(r, c) for c in COLS), "{}/{}".format(*r["nodes/patch"]), resolved_modes(r["nodes/patch"][0], 2),
-             *(f"{g:.3f}" for g in r["cgap"])]
+             *("–" if np.isnan(g) else f"{g:.3f}" for g in r["cgap"])]
             for name, kw, res in rows for mesh, r in res.items()]
     table = markdown_table(head, body)
     print(table)
@@ -271,6 +295,8 @@ def combine(runs: list[dict]) -> dict:
 def cell(r: dict, col: str) -> str:
     """A ratio's mean, with its range over seeds for ``direct`` and ``latent`` when it has one."""
     lo, hi = r["range"][col]
+    if np.isnan(r[col]):
+        return "–"
     if col in ("direct", "latent") and hi > lo:
         return f"{r[col]:.3f} [{lo:.2f}–{hi:.2f}]"
     return f"{r[col]:.3f}"

@@ -27,23 +27,28 @@ under-resolved.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import nn
 
 from ..errors import ConfigError, UnsupportedCellError
 from ..mesh.mesh import Mesh
-from ..mesh.partition import Partition, partition as make_partition
-from ..nn.patch_attention import (P1PatchGeometry, PatchAttention, PatchGeometry, PatchPieces, PatchSide,
-                                  cell_pieces, clipped_pieces, concat_geometry, concat_p1_geometry, majority_patch,
-                                  p1_patch_geometry, patch_coefficients, patch_evaluate, patch_geometry)
+from ..mesh.partition import Partition, partition as make_partition, patch_centroids
+from ..mesh.interpolation import linear_interpolation
+from ..mesh.validation import checked_number
+from ..nn.patch_attention import (P1PatchGeometry, PatchAttention, PatchGeometry, PatchPieces, PatchSide, TokenMesh,
+                                  cell_pieces, clipped_pieces, concat_geometry, concat_p1_geometry, grid_stencil,
+                                  majority_patch, p1_patch_geometry, patch_coefficients, patch_evaluate, patch_geometry,
+                                  reference_grid, token_mesh)
 from ..nn.patch_mass import P1PatchMass, concat_p1_mass, p1_patch_mass
-from ..nn.patch_pairs import PatchPairs, concat_pairs, patch_pairs
+from ..nn.patch_pairs import PatchPairs, concat_pairs, patch_pairs, shifted_cat
 from ..nn.spectral import (PatchSpectralIntegral, SpectralIntegral, SpectralSmoothing, _uses_nufft, _zero_index,
-                           resolved_modes)
+                           checked_period, resolved_modes)
 from .encoder import CoordinateFeatures, EncoderBlock, EncoderOperator, PointwiseMLP
 
 logger = logging.getLogger(__name__)
@@ -67,7 +72,10 @@ class PatchIndex(NamedTuple):
     - ``p1``: the :class:`~geoattn.nn.patch_attention.P1PatchGeometry` of the mesh's triangles in
       units of the patch length, for a patch lift with ``quadrature="p1"`` (default ``None``);
     - ``p1_mass``: the :class:`~geoattn.nn.patch_mass.P1PatchMass` of the same pieces in units of
-      the patch length, for attention with ``scores="p1"`` (default ``None``).
+      the patch length, for attention with ``scores="p1"`` (default ``None``);
+    - ``congruent``: the points per patch of a
+      :class:`~geoattn.nn.patch_attention.TokenMesh` (``quadrature="tokens"``; default ``None``),
+      see :class:`~geoattn.nn.patch_attention.PatchSide`.
     """
 
     patch: torch.Tensor
@@ -78,6 +86,7 @@ class PatchIndex(NamedTuple):
     unit: tuple[torch.Tensor, torch.Tensor] | None = None
     p1: P1PatchGeometry | None = None
     p1_mass: P1PatchMass | None = None
+    congruent: int | None = None
 
 
 class PatchMixer(nn.Module):
@@ -149,7 +158,7 @@ class PatchMixer(nn.Module):
             if x_query is not None:
                 raise ValueError(f"a query side needs a PatchAttention, this mixer holds a {type(layer).__name__}")
             return layer(x, pos, weight, batch, patch=patches.patch, num_patches=patches.num_patches)
-        side = PatchSide(patches.patch, 1.0, patches.num_patches, geometry, layout, p1_mass)
+        side = PatchSide(patches.patch, 1.0, patches.num_patches, geometry, layout, p1_mass, patches.congruent)
         if x_query is None:
             return layer(x, pos, weight, batch, patches=side, pairs=patches.pairs)
         if patches_query.unit is not None:
@@ -208,12 +217,41 @@ class PatchedOperator(EncoderOperator):
                  depth: int = 3, num_heads: int = 4, ff_mult: int = 2, num_patches: int = 16,
                  modes: int = 4, partition_method: str = "rcb", final_modes: int | None = None,
                  decoder: str = "pointwise", smoothing_eps: float | None = None,
-                 coordinate_features: dict | None = None, quadrature: str = "nodal", scores: str = "nodal"):
+                 coordinate_features: dict | None = None, quadrature: str | None = None, scores: str = "nodal",
+                 grid: int = 16, period: float | tuple[float, ...] | None = None):
         super().__init__()
-        if quadrature not in ("nodal", "p1"):
-            raise ConfigError(f"quadrature must be 'nodal' or 'p1', got {quadrature!r}")
+        whole = lambda name, value: checked_number(name, value, integer=True)  # noqa: E731
+        in_channels, out_channels, dim = whole("in_channels", in_channels), whole("out_channels", out_channels), \
+            whole("dim", dim)
+        width, depth, num_heads = whole("width", width), whole("depth", depth), whole("num_heads", num_heads)
+        ff_mult, num_patches, grid = whole("ff_mult", ff_mult), whole("num_patches", num_patches), whole("grid", grid)
+        modes = _checked_modes("modes", modes)
+        final_modes = None if final_modes is None else _checked_modes("final_modes", final_modes)
+        smoothing_eps = None if smoothing_eps is None else checked_number("smoothing_eps", smoothing_eps)
+        self.period = checked_period(period, dim)
+        if quadrature is None:  # the transferring design, unless an option needs the nodes
+            quadrature = "tokens" if decoder == "pointwise" and scores == "nodal" else "nodal"
+        if quadrature not in QUADRATURES:
+            raise ConfigError(f"quadrature must be one of {QUADRATURES}, got {quadrature!r}")
         if scores not in ("nodal", "p1"):
             raise ConfigError(f"scores must be 'nodal' or 'p1', got {scores!r}")
+        if quadrature == "tokens":
+            if scores != "nodal":
+                raise ConfigError("scores='p1' is for quadrature='nodal' or 'p1': with quadrature='tokens' the "
+                                  "scores are integrals over the patches' reference grids; leave scores='nodal'")
+            if decoder != "pointwise":
+                raise ConfigError("decoder='cross' is for quadrature='nodal' or 'p1': with quadrature='tokens' the "
+                                  "output is evaluated at the nodes; use decoder='pointwise'")
+            if grid < 2:
+                raise ConfigError(f"grid must be at least 2 (points per axis of a patch's reference grid), got {grid}")
+            top = max([modes] if isinstance(modes, int) else modes)
+            if 2 * top + 1 > grid:
+                raise ConfigError(f"modes={modes} needs 2 * modes + 1 = {2 * top + 1} points per axis of the patches' "
+                                  f"reference grid, grid={grid} has fewer: give grid >= {2 * top + 1} or fewer modes")
+        elif self.period is not None:
+            raise ConfigError(f"period={period!r} needs quadrature='tokens' (the periodic patch grids); the nodal "
+                              f"and P1 designs read patches across the seams without the period: give "
+                              f"quadrature='tokens' (the default)")
         if scores == "p1" and self.spectral_qkv:
             raise ConfigError(f"scores='p1' applies to pointwise Q, K (ViT-NO); {type(self).__name__}'s are spectral")
         if scores == "p1" and dim != 2:
@@ -222,11 +260,9 @@ class PatchedOperator(EncoderOperator):
             raise ConfigError(f"quadrature='p1' applies to the patch lift of ViT-NO; {type(self).__name__} has none")
         if quadrature == "p1" and dim != 2:
             raise ConfigError(f"quadrature='p1' integrates over triangles: dim must be 2, got {dim}")
-        self.quadrature, self.scores = quadrature, scores
+        self.quadrature, self.scores, self.grid = quadrature, scores, grid
         if partition_method not in ("rcb", "metis"):
             raise ValueError(f"partition_method must be 'rcb' or 'metis', got {partition_method!r}")
-        if num_patches < 1:
-            raise ValueError(f"num_patches must be at least 1, got {num_patches}")
         if smoothing_eps is not None and final_modes is None:
             raise ValueError("smoothing_eps needs final_modes (the modes the smoothing keeps)")
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
@@ -238,9 +274,13 @@ class PatchedOperator(EncoderOperator):
         self._token = next(_TOKENS)
         for key, value in _EMPTY_PARTITION.items():
             self.register_buffer(f"partition_{key}", value.clone())
+        # the patch centres of quadrature="tokens", float64 bits (so that no dtype cast changes them)
+        self.register_buffer("patch_centre", torch.zeros(0, dtype=torch.long))
+        self._token_meshes: dict = {}
         self.inputs = CoordinateFeatures.of(in_channels, dim, coordinate_features)
         if self.spectral_lift:  # a Fourier operator on every patch, plus the pointwise path
-            self.lift = PatchMixer(PatchSpectralIntegral(self.inputs.out_features, width, modes, dim), quadrature)
+            self.lift = PatchMixer(PatchSpectralIntegral(self.inputs.out_features, width, modes, dim),
+                                   "nodal" if quadrature == "tokens" else quadrature)
             self.lift_local = nn.Linear(self.inputs.out_features, width)
         else:
             self.lift = PointwiseMLP(self.inputs.out_features, width, width)
@@ -254,9 +294,9 @@ class PatchedOperator(EncoderOperator):
         self.project = PointwiseMLP(width, 2 * width, out_channels)
         self.final = self.smoothing = None
         if smoothing_eps is not None:
-            self.smoothing = SpectralSmoothing(final_modes, dim, eps=smoothing_eps)
+            self.smoothing = SpectralSmoothing(final_modes, dim, eps=smoothing_eps, period=self.period)
         elif final_modes is not None:
-            self.final = SpectralIntegral(out_channels, out_channels, final_modes, dim)
+            self.final = SpectralIntegral(out_channels, out_channels, final_modes, dim, period=self.period)
 
     # -- the partition as model state ---------------------------------------------------------
     @property
@@ -275,6 +315,7 @@ class PatchedOperator(EncoderOperator):
         state = part.state() if part is not None else _EMPTY_PARTITION
         for key, value in state.items():
             setattr(self, f"partition_{key}", value.to(getattr(self, f"partition_{key}").device))
+        self.patch_centre = torch.zeros(0, dtype=torch.long, device=self.patch_centre.device)
         self._partition = part
         self._token = next(_TOKENS)
 
@@ -291,14 +332,50 @@ class PatchedOperator(EncoderOperator):
         if self.partition is not None:
             return
         mesh = mesh.graphs()[0]
-        self.set_partition(make_partition(mesh.pos, mesh.weight, self.num_patches, cells=mesh.cells,
-                                          method=self.partition_method))
+        part = make_partition(mesh.pos, mesh.weight, self.num_patches, cells=mesh.cells, method=self.partition_method)
+        self.set_partition(part)
+        if self.quadrature == "tokens":  # the centres of the patches' grids: the same on every mesh from now on
+            centre, length = self._windows(mesh.pos, mesh.weight, part)
+            if length != part.length:
+                self.set_partition(dataclasses.replace(part, length=length))
+            self.patch_centre = centre.contiguous().view(torch.long).to(self.patch_centre.device)
+            self._token = next(_TOKENS)
+
+    def _windows(self, pos: torch.Tensor, weight: torch.Tensor, part: Partition) -> tuple[torch.Tensor, float]:
+        """The centres ``[P, d]`` (float64, CPU) and the side of the patches' grids on the mesh
+        ``pos``: on a torus cut by RCB, the centres of the boxes the cuts make of the torus (whose
+        box starts at the nodes' lowest coordinates) and 1.1 times their longest side, so that
+        the grids tile the torus, its seam included; else the weighted centroids of the patches'
+        nodes and the partition's length."""
+        node = pos.detach().cpu().double()
+        tree = getattr(part, "_tree", None)
+        if self.period is None or tree is None:
+            return _node_centres(node, weight, part.transfer(pos).cpu(), part.num_parts), float(part.length)
+        lo = node.amin(0)
+        centre = torch.zeros(part.num_parts, node.shape[1], dtype=torch.float64)
+        sides = []
+
+        def descend(t, a: torch.Tensor, b: torch.Tensor) -> None:
+            if not hasattr(t, "axis"):
+                centre[t], _ = (a + b) / 2, sides.append(float((b - a).max()))
+                return
+            left_hi, right_lo = b.clone(), a.clone()
+            left_hi[t.axis] = right_lo[t.axis] = t.value
+            descend(t.left, a, left_hi)
+            descend(t.right, right_lo, b)
+
+        descend(tree, lo, lo + torch.tensor(self.period, dtype=torch.float64))
+        return centre, 1.1 * max(sides)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         for key in _EMPTY_PARTITION:  # the partition buffers take the saved shapes
             name = f"{prefix}partition_{key}"
             if name in state_dict:
                 setattr(self, f"partition_{key}", torch.empty_like(state_dict[name]))
+        name = f"{prefix}patch_centre"
+        if name not in state_dict:  # saved before quadrature="tokens": no centres
+            state_dict[name] = torch.zeros(0, dtype=torch.long)
+        self.patch_centre = torch.empty_like(state_dict[name], device=self.patch_centre.device)
         self._partition = None
         self._token = next(_TOKENS)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
@@ -457,9 +534,81 @@ class PatchedOperator(EncoderOperator):
             h = block(h, pos, weight, batch, patches=patches, layout=layout)
         return h
 
+    # -- quadrature="tokens": all work on the patches' reference grids --------------------------
+    def token_index(self, mesh: Mesh) -> TokenIndex:
+        """The :class:`TokenIndex` of ``mesh`` (``quadrature="tokens"``): built per graph and kept
+        in the memo of every graph's mesh, joined once per batch."""
+        key = ("patch_tokens",) + self._partition_key() + (self.grid, self.period)
+        return mesh.structure(key, lambda m: self._graph_tokens(m, self.partitions(m)[0]), join=_join_tokens)
+
+    @torch.compiler.disable  # host work (point location): run eagerly, once per mesh
+    def _graph_tokens(self, mesh: Mesh, part: Partition) -> TokenIndex:
+        """The :class:`TokenIndex` of one graph in the patches of ``part``."""
+        pos, weight = mesh.pos, mesh.weight
+        d, g, p = pos.shape[1], self.grid, part.num_parts
+        patch = part.transfer(pos).cpu()
+        node = pos.detach().cpu().double()
+        if len(self.patch_centre) and self.partition is not None:
+            centre, length = self.patch_centre.cpu().view(torch.float64).view(p, d), float(part.length)
+        else:
+            centre, length = self._windows(pos, weight, part)
+        points = (centre[:, None, :] + length * reference_grid(g, d)[None]).reshape(-1, d)  # (P G^d, d)
+        source, owner = node, torch.arange(len(node))
+        if self.period is not None:
+            if d > 3:
+                raise ConfigError(f"period= supports dim <= 3, got {d}")
+            period = torch.tensor(self.period, dtype=torch.float64)
+            source, owner = _periodic_images(node, period, reach=length)
+        stencil = linear_interpolation(source, points)
+        delta = node - centre[patch]
+        if self.period is not None:  # the nearest image of a node about its patch's centre
+            delta = delta - period * torch.round(delta / period)
+        index, coeff = grid_stencil(delta / length, g)
+        device, dtype = pos.device, pos.dtype
+        return TokenIndex(points.to(device, dtype), owner[stencil.index.cpu()].to(device),
+                          stencil.coeff.to(device, dtype), (patch[:, None] * g ** d + index).to(device),
+                          coeff.to(device, dtype))
+
+    def token_mesh(self, num_graphs: int, dtype: torch.dtype, device) -> tuple[TokenMesh, PatchIndex]:
+        """The :class:`~geoattn.nn.patch_attention.TokenMesh` of ``num_graphs`` graphs and its
+        :class:`PatchIndex` (the same for every mesh; kept in the model for a few batch sizes)."""
+        key = (num_graphs, dtype, str(device))
+        if key not in self._token_meshes:
+            if len(self._token_meshes) >= 8:
+                self._token_meshes.clear()
+            grid = token_mesh(num_graphs, self.num_patches, self.grid, self.dim, dtype, device)
+            ones = torch.ones_like(grid.weight)
+            self._token_meshes[key] = grid, PatchIndex(grid.patch, ones, self.num_patches, grid.pairs,
+                                                       grid.geometry, (grid.pos, grid.weight),
+                                                       congruent=self.grid ** self.dim)
+        return self._token_meshes[key]
+
+    def _forward_tokens(self, x: torch.Tensor, mesh: Mesh) -> torch.Tensor:
+        tokens = self.token_index(mesh)
+        grid, index = self.token_mesh(mesh.num_graphs, x.dtype, x.device)
+        # the input's piecewise-linear interpolant at the grid points: the one mesh-dependent input step
+        u = (x[tokens.sample_index] * tokens.sample_coeff.to(x.dtype).unsqueeze(-1)).sum(1)  # quadrature-ok: a stencil
+        f = self.inputs(u, tokens.points.to(x.dtype))
+        if self.spectral_lift:
+            h = self.lift(f, grid.pos, grid.weight, grid.batch, patches=index) + self.lift_local(f)
+        else:
+            h = self.lift(f)
+        for block in self.blocks:
+            h = block(h, grid.pos, grid.weight, grid.batch, patches=index, layout=None)
+        # the grid functions evaluated at the nodes (multilinear in each patch's grid): no integral
+        h = (h[tokens.node_index] * tokens.node_coeff.to(h.dtype).unsqueeze(-1)).sum(1)  # quadrature-ok: a stencil
+        z = self.project(h)
+        if self.final is not None:
+            z = z + self.final(z, mesh.pos, mesh.weight, mesh.batch_vector, layout=mesh.layout)
+        if self.smoothing is not None:
+            z = self.smoothing(z, mesh.pos, mesh.weight, mesh.batch_vector, layout=mesh.layout)
+        return z
+
     def forward(self, x: torch.Tensor, mesh: Mesh, *, query: Mesh | None = None) -> torch.Tensor:
         self.check_call(x, mesh)
         self.check_query(query)
+        if self.quadrature == "tokens":
+            return self._forward_tokens(x, mesh)
         if query is not None and not query.weights_known:
             raise ValueError("a query mesh needs its quadrature weights: the patched decoders "
                              "integrate over the query's patches; pass a Mesh(pos, weight)")
@@ -482,6 +631,67 @@ class PatchedOperator(EncoderOperator):
         if self.smoothing is not None:
             z = self.smoothing(z, out.pos, out.weight, out.batch_vector)
         return z
+
+
+class TokenIndex(NamedTuple):
+    r"""How a (batched) mesh meets the patches' reference grids (``quadrature="tokens"``):
+
+    - ``points [B P G^d, d]``: the grid points in the domain, :math:`c_p + L \xi_j`;
+    - ``sample_index``, ``sample_coeff [B P G^d, d + 1]``: the piecewise-linear interpolation of
+      the nodes' values at the points (:func:`~geoattn.mesh.interpolation.linear_interpolation`;
+      with a period, on the nodes' periodic images);
+    - ``node_index``, ``node_coeff [N, 2^d]``: the multilinear interpolation of the grid of every
+      node's patch at the node (:func:`~geoattn.nn.patch_attention.grid_stencil`).
+    """
+
+    points: torch.Tensor
+    sample_index: torch.Tensor
+    sample_coeff: torch.Tensor
+    node_index: torch.Tensor
+    node_coeff: torch.Tensor
+
+
+def _join_tokens(mesh: Mesh, parts: list[TokenIndex]) -> TokenIndex:
+    """The :class:`TokenIndex` of a batch from those of its graphs (indices shifted)."""
+    return TokenIndex(torch.cat([t.points for t in parts]),
+                      shifted_cat([t.sample_index for t in parts], mesh.layout.counts),
+                      torch.cat([t.sample_coeff for t in parts]),
+                      shifted_cat([t.node_index for t in parts], [len(t.points) for t in parts]),
+                      torch.cat([t.node_coeff for t in parts]))
+
+
+def _node_centres(pos: torch.Tensor, weight: torch.Tensor, patch: torch.Tensor, num_patches: int) -> torch.Tensor:
+    """The weighted centroids ``[P, d]`` (float64, CPU) of the nodes of every patch."""
+    return patch_centroids(pos.detach().cpu().double(), weight.detach().cpu().double(), patch.cpu(), num_patches)
+
+
+def _periodic_images(node: torch.Tensor, period: torch.Tensor, reach: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The nodes ``[N, d]`` with their images shifted by a period along any axes, those within
+    ``reach`` of the nodes' box (coincident images, e.g. of closing nodes, kept once), and the
+    node each point is an image of."""
+    d = node.shape[1]
+    shifts = torch.tensor(list(itertools.product((0.0, -1.0, 1.0), repeat=d)), dtype=torch.float64) * period
+    images = (node[None] + shifts[:, None]).reshape(-1, d)  # the nodes themselves first
+    owner = torch.arange(len(node)).repeat(len(shifts))
+    lo, hi = node.amin(0) - reach, node.amax(0) + reach
+    near = ((images >= lo) & (images <= hi)).all(1)
+    images, owner = images[near], owner[near]
+    key = torch.round(images / (1e-9 * period.max())).numpy()
+    _, first = np.unique(key, axis=0, return_index=True)
+    keep = torch.from_numpy(np.sort(first))
+    return images[keep], owner[keep]
+
+
+#: The values of ``quadrature`` (see :class:`ViTNO`).
+QUADRATURES = ("nodal", "p1", "tokens")
+
+
+def _checked_modes(name: str, modes):
+    """``modes`` (one whole number >= 0, or one per axis) checked by
+    :func:`~geoattn.mesh.validation.checked_number`."""
+    if isinstance(modes, (list, tuple)):
+        return type(modes)(checked_number(name, k, integer=True, positive=False, minimum=0) for k in modes)
+    return checked_number(name, modes, integer=True, positive=False, minimum=0)
 
 
 #: The buffers of a model without a partition (see :meth:`geoattn.mesh.Partition.state`).

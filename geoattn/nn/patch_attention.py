@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 
 __all__ = ["P1PatchGeometry", "PatchAttention", "PatchGeometry", "PatchPieces", "PatchSide", "cell_pieces",
            "clipped_pieces",
-           "concat_geometry", "concat_p1_geometry", "majority_patch", "p1_patch_geometry", "patch_coefficients",
-           "patch_evaluate", "patch_geometry", "piece_corners", "region_centroids"]
+           "concat_geometry", "concat_p1_geometry", "grid_stencil", "majority_patch", "p1_patch_geometry",
+           "patch_coefficients", "patch_evaluate", "patch_geometry", "piece_corners", "reference_grid", "region_centroids",
+           "token_mesh", "TokenMesh"]
 
 
 class PatchGeometry(NamedTuple):
@@ -73,6 +74,12 @@ class PatchSide(NamedTuple):
       regions, :math:`s_{pq} = \tau L^{-d} q_p^\top M_p \tilde k_q` (:mod:`geoattn.nn.patch_mass`),
       in place of the nodes' quadrature; the values are moved as without it.
 
+    - ``congruent``: ``G``, when every patch holds the same ``G`` points in its frame, the nodes
+      sorted by segment and point ``j`` of every patch at the same local coordinate (a
+      :class:`TokenMesh`; default ``None``). Self-attention then reads point ``j`` of patch ``q``
+      for point ``j`` of patch ``p`` directly, without stencils; the output is the same as
+      with the identity ``pairs`` of :func:`token_mesh`.
+
     The output of the layer is the same with or without ``geometry`` and ``layout``.
     """
 
@@ -82,6 +89,7 @@ class PatchSide(NamedTuple):
     geometry: PatchGeometry | None = None
     layout: Layout | None = None
     p1_mass: P1PatchMass | None = None
+    congruent: int | None = None
 
 
 def patch_geometry(pos: torch.Tensor, weight: torch.Tensor, patch: torch.Tensor, num_patches: int,
@@ -519,6 +527,8 @@ class PatchAttention(nn.Module):
                                                          patches_query.layout)
             pq = (patches_query.num_patches if patches_query.num_patches is not None
                   else int(patch_query.max()) + 1)
+        if patches.congruent is not None and not cross and p1_mass is None and geometry is not None:
+            return self._congruent(x, weight, geometry, p, patches.congruent)
         if pairs is None:
             pairs = patch_pairs(pos, weight, patch, p, batch, pos_query=pos_query,
                                 weight_query=weight_query, patch_query=patch_query,
@@ -570,6 +580,29 @@ class PatchAttention(nn.Module):
                 out = out + fourier_evaluate(mixed, frame, self.mode_index)
         return self.out(out)
 
+    def _congruent(self, x: torch.Tensor, weight: torch.Tensor, geometry: PatchGeometry, p: int,
+                   g: int) -> torch.Tensor:
+        """Self-attention over congruent patches of ``g`` points each (:attr:`PatchSide.congruent`):
+        the sums of :func:`~geoattn.nn.patch_pairs.pair_scores` and
+        :func:`~geoattn.nn.patch_pairs.pair_mix` with identity stencils, as dense products."""
+        h, dk = self.num_heads, self.head_channels
+        b = geometry.mass.shape[0] // p
+        if self.spectral_qkv:
+            coeff = self._coefficients(x, weight, geometry, p)
+            score = self._scores(coeff, coeff)  # (B, P, P, H)
+        else:
+            q = (weight.unsqueeze(-1) * self.q(x)).view(b, p, g, h, dk)
+            k = self.k(x).view(b, p, g, h, dk)
+            score = torch.einsum("bpghc,bqghc->bpqh", q, k)  # the grid's quadrature of Q . K
+        score = (score * self.scale).masked_fill(~(geometry.mass.view(b, p) > 0)[:, None, :, None], float("-inf"))
+        attn = torch.softmax(score, dim=2)  # (B, P, P, H)
+        out = torch.einsum("bpqh,bqghc->bpghc", attn, self.v(x).view(b, p, g, h, dk)).reshape(-1, self.channels)
+        if self.spectral_qkv:
+            v = self.v_spectral(coeff).view(b, p, coeff.shape[2], h, dk)
+            mixed = torch.einsum("bjkh,bkmhc->bjmhc", attn.to(v.dtype), v).reshape(b * p, -1, self.channels)
+            out = out + patch_evaluate(mixed, geometry, self.mode_index, self._zero)
+        return self.out(out)
+
     def _coefficients(self, x: torch.Tensor, weight: torch.Tensor, geometry: PatchGeometry,
                       num_patches: int) -> torch.Tensor:
         """Fourier coefficients ``[B, P, M, C]`` of one side with its :class:`PatchGeometry`."""
@@ -580,3 +613,76 @@ class PatchAttention(nn.Module):
         modes = f", modes={self.modes}" if self.spectral_qkv else ""
         return (f"{self.channels}, num_heads={self.num_heads}{modes}, dim={self.dim}, "
                 f"spectral_qkv={self.spectral_qkv}")
+
+
+def reference_grid(size: int, dim: int, dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:
+    r"""The cell-centred grid of ``size`` points per axis on the reference patch
+    :math:`[-1/2, 1/2]^d`, :math:`\xi_j = (j + 1/2)/G - 1/2`, ``[G^d, d]`` in lexicographic order
+    (the last axis fastest). Its equal weights :math:`G^{-d}` are the midpoint rule of the box."""
+    axis = (torch.arange(size, dtype=dtype, device=device) + 0.5) / size - 0.5
+    mesh = torch.meshgrid(*([axis] * dim), indexing="ij")
+    return torch.stack([m.reshape(-1) for m in mesh], dim=-1)
+
+
+def grid_stencil(xi: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Multilinear interpolation in the :func:`reference_grid` of ``size`` points per axis at the
+    reference coordinates ``xi [N, d]``: grid indices and coefficients ``[N, 2^d]`` (coefficients
+    non-negative, summing to one; points beyond the outer grid points take the value on the
+    grid's boundary, constant along the axes). A fixed continuous function of ``xi``, whatever
+    mesh the points come from."""
+    n, d = xi.shape
+    t = ((xi + 0.5) * size - 0.5).clamp(0.0, float(size - 1))
+    low = t.floor().clamp(max=max(size - 2, 0))
+    frac = t - low
+    low = low.long()
+    index, coeff = [], []
+    for corner in range(2 ** d):
+        bits = [(corner >> (d - 1 - k)) & 1 for k in range(d)]
+        idx = torch.zeros(n, dtype=torch.long, device=xi.device)
+        c = torch.ones(n, dtype=xi.dtype, device=xi.device)
+        for k, bit in enumerate(bits):
+            idx = idx * size + (low[:, k] + bit).clamp(max=size - 1)
+            c = c * (frac[:, k] if bit else 1.0 - frac[:, k])
+        index.append(idx)
+        coeff.append(c)
+    return torch.stack(index, dim=1), torch.stack(coeff, dim=1)
+
+
+class TokenMesh(NamedTuple):
+    r"""The reference grids of the patches of ``B`` graphs as one point set (:func:`token_mesh`),
+    on which :class:`PatchAttention` and :class:`~geoattn.nn.PatchSpectralIntegral` run
+    unchanged: point ``(b, p, j)`` is grid point :math:`\xi_j` of patch ``p`` of graph ``b``.
+
+    Fields: ``pos [B P G^d, d]`` (the reference coordinates, in units of the patch length),
+    ``weight`` (:math:`G^{-d}`: the midpoint rule of the unit box), ``patch``, ``batch``
+    (``None`` for one graph), ``pairs`` (:class:`~geoattn.nn.patch_pairs.PatchPairs` reading
+    point :math:`\xi_j` of every other patch ``q``: the patches are congruent, so the stencils are
+    the identity) and ``geometry`` (:class:`PatchGeometry`, frames centred on the boxes)."""
+
+    pos: torch.Tensor
+    weight: torch.Tensor
+    patch: torch.Tensor
+    batch: torch.Tensor | None
+    pairs: PatchPairs
+    geometry: PatchGeometry
+
+
+def token_mesh(num_graphs: int, num_patches: int, size: int, dim: int, dtype: torch.dtype = torch.float32,
+               device=None) -> TokenMesh:
+    """The :class:`TokenMesh` of ``num_graphs`` graphs of ``num_patches`` patches, each with the
+    :func:`reference_grid` of ``size`` points per axis (reads the device once, for the segment
+    sizes)."""
+    grid = reference_grid(size, dim, dtype, device)  # (G^d, d)
+    g, b, p = len(grid), num_graphs, num_patches
+    pos = grid.repeat(b * p, 1)  # (B P G^d, d)
+    weight = torch.full((len(pos),), 1.0 / g, dtype=dtype, device=device)
+    seg = torch.arange(b * p, device=device).repeat_interleave(g)  # b * P + p
+    patch, batch = seg % p, (seg // p if b > 1 else None)
+    local = torch.arange(len(pos), device=device) % g
+    source = (seg // p)[:, None] * p + torch.arange(p, device=device)[None, :]  # (B P G^d, P): segment of q
+    index = torch.zeros(len(pos), p, dim + 1, dtype=torch.long, device=device)
+    index[:, :, 0] = source * g + local[:, None]
+    coeff = torch.zeros(len(pos), p, dim + 1, dtype=dtype, device=device)
+    coeff[:, :, 0] = 1.0
+    pairs = PatchPairs(index, coeff, seg, b * p)
+    return TokenMesh(pos, weight, patch, batch, pairs, patch_geometry(pos, weight, patch, p, batch))

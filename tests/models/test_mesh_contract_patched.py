@@ -22,6 +22,7 @@ def _x(mesh):
 
 def _model(name, **kw):
     torch.manual_seed(0)
+    kw = {"quadrature": "nodal"} | kw
     return build_model(name, in_channels=1, out_channels=1, width=8, depth=2, num_heads=2,
                        num_patches=4, modes=1, **kw).double().eval()
 

@@ -20,7 +20,10 @@ def _f(pos):
 
 
 def _model(cls, **kw):
+    """The nodal design (``quadrature="nodal"``) unless ``kw`` says otherwise: this file tests it;
+    the token design, the default, is tested in ``test_vit_fano_tokens.py``."""
     torch.manual_seed(0)
+    kw = {"quadrature": "nodal"} | kw
     return cls(2, 1, width=16, depth=2, num_heads=2, num_patches=4, modes=2, **kw).double().eval()
 
 
@@ -224,7 +227,7 @@ def test_trained_fano_transfers_when_patches_resolve_its_modes(darcy, caplog, mo
     train, test = darcy
     torch.manual_seed(0)
     model = FANO(1, 1, width=16, depth=2, num_heads=2, num_patches=num_patches, modes=modes,
-                 partition_method="rcb")
+                 partition_method="rcb", quadrature="nodal")
     op = NormalizedOperator(model)  # the trainer fits the partition on the training mesh
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: more threads only contend for the shared cores
