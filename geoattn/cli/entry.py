@@ -23,7 +23,11 @@ imports only the standard library before installing the handlers, then the comma
   the command has returned, up to the end of the ``atexit`` functions. In the interpreter's last
   clean-up after them (where Python would give the signals their default action back, and the
   process would die by the signal) they are ignored: the command's own status stands.
-- Processes forked from this one (data-loading workers) keep Python's default behaviour.
+- Once a signal has stopped the command, an error that Python cannot raise (in a finaliser:
+  a data loader's iterator torn down before it was whole) is not printed: it follows from the
+  stop, and the one line stands.
+- Processes forked from this one keep Python's default behaviour (the training loader's
+  workers exit quietly on ``SIGTERM``: :func:`geoattn.train.loader.quiet_worker`).
 
 :func:`geoattn.cli.main.main` answers a :class:`KeyboardInterrupt` with the same line and status
 when it is called from Python, without installing handlers: the host program's stay in place.
@@ -106,6 +110,8 @@ def _handler(signum: int, frame) -> None:
 def _unraisable(unraisable) -> None:
     if isinstance(unraisable.exc_value, Stopped) and os.getpid() == _state["pid"]:
         _exit_now(unraisable.exc_value.signum)
+    if _state["signum"] is not None and os.getpid() == _state["pid"]:
+        return  # an object torn down half-made by the stop (a data loader's iterator): the one line stands
     _state["unraisablehook"](unraisable)
 
 

@@ -131,6 +131,35 @@ class EpochBatches:
             yield ids.tolist()
 
 
+def quiet_worker(worker_id: int) -> None:
+    """``worker_init_fn`` of the loader's worker processes: when the command stops (``SIGTERM``
+    or Ctrl-C, to the main process or to its whole process group), its workers exit without a
+    word, so that the command's one line is all that is printed.
+
+    - ``SIGTERM`` ends a worker as Ctrl-C does (torch's worker loop answers a
+      :class:`KeyboardInterrupt` by returning): it exits with status 0 instead of dying by the
+      signal, which the main process would report, while it stops, as a ``RuntimeError``
+      ("DataLoader worker ... is killed by signal") printed after the line.
+    - A worker hands its tensors over through a thread of :mod:`multiprocessing.resource_sharer`,
+      which reports a failed hand-over with :func:`sys.excepthook`; when the main process has
+      stopped, the failure is a reset or closed connection (``ConnectionError``, ``EOFError``),
+      whose traceback is dropped. Every other error is reported as before."""
+    import signal
+    import sys
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    previous = sys.excepthook
+
+    def hook(kind, value, traceback):
+        if not issubclass(kind, (ConnectionError, EOFError)):
+            previous(kind, value, traceback)
+
+    sys.excepthook = hook
+
+
 class MeshLoader:
     """Iterates the :class:`MeshBatch` es of ``batches`` (an :class:`EpochBatches`) of ``samples``
     on ``device``, each with its mesh from ``samples.meshes``: the fields read and collated by
@@ -144,6 +173,7 @@ class MeshLoader:
         # state the trainer seeds per epoch for the dropout draws (the same for any ``workers``).
         self.loader = DataLoader(Indexed(samples), batch_sampler=batches, collate_fn=collate,
                                  num_workers=workers, pin_memory=pin_memory, persistent_workers=workers > 0,
+                                 worker_init_fn=quiet_worker if workers > 0 else None,
                                  generator=torch.Generator().manual_seed(batches.seed))
 
     def __len__(self) -> int:
@@ -156,4 +186,4 @@ class MeshLoader:
             yield batch.with_mesh(self.meshes, self.device)
 
 
-__all__ = ["EpochBatches", "Indexed", "MeshBatch", "MeshLoader", "batches_of", "collate"]
+__all__ = ["EpochBatches", "Indexed", "MeshBatch", "MeshLoader", "batches_of", "collate", "quiet_worker"]
