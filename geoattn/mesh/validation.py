@@ -626,14 +626,14 @@ def check_mesh_tensors(pos: torch.Tensor, weight: torch.Tensor, cells: torch.Ten
 
 
 def checked_number(name: str, value, *, integer: bool = False, positive: bool = True,
-                   minimum: float | None = None) -> float | int:
+                   minimum: float | None = None, below: float | None = None) -> float | int:
     """``value`` of the numeric option ``name`` as a Python ``float`` (``int`` with ``integer``),
     from any real number type (``int``, ``float``, NumPy scalars, 0-d arrays and tensors).
 
     Refused with :class:`~geoattn.errors.ConfigError` naming the option and the value: booleans,
     complex numbers, strings and other types; NaN and infinities; with ``positive`` (default),
-    values ``<= 0``; values below ``minimum``; with ``integer``, a number that is not whole
-    (``8.5`` for a grid size).
+    values ``<= 0``; values below ``minimum``; values not below ``below`` (a dropout rate of 1);
+    with ``integer``, a number that is not whole (``8.5`` for a grid size).
     """
     import numbers
 
@@ -655,6 +655,10 @@ def checked_number(name: str, value, *, integer: bool = False, positive: bool = 
         number = int(number)
     if positive and number <= 0:
         raise ConfigError(f"{name} must be > 0, got {number}")
+    if minimum is not None and below is not None and not minimum <= number < below:
+        raise ConfigError(f"{name} must be in [{minimum:g}, {below:g}), got {number:g}")
     if minimum is not None and number < minimum:
         raise ConfigError(f"{name} must be >= {minimum:g}, got {number:g}")
+    if below is not None and number >= below:
+        raise ConfigError(f"{name} must be < {below:g}, got {number:g}")
     return number

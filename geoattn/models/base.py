@@ -19,7 +19,7 @@ from torch import nn
 from ..errors import (BatchOrderError, ChannelError, ConfigError, DeviceError, DimensionError, DTypeError,
                       FieldLengthError, NonFiniteError, WeightError)
 from ..mesh.mesh import Mesh
-from ..mesh.validation import validate_weights
+from ..mesh.validation import checked_number, validate_weights
 
 MODELS: dict[str, type[NeuralOperator]] = {}
 
@@ -45,6 +45,14 @@ class NeuralOperator(nn.Module):
 
     model_name: str = ""
     hparams: dict[str, Any]
+    #: the constructor's numeric options and how each is checked before the model is built: the
+    #: keywords of :func:`~geoattn.mesh.validation.checked_number` (``integer``, ``positive``,
+    #: ``minimum``, ``below``), and ``each=True`` for an option that may also be a sequence of
+    #: such numbers (``modes=(8, 4)``). A value of any real type (NumPy scalars, 0-d tensors) is
+    #: taken as a Python number; a boolean, NaN, infinity, a value out of range or a fraction where
+    #: a whole number is needed is refused with a :class:`~geoattn.errors.ConfigError` naming the
+    #: model and the option. ``None`` (an option left to its default) is not checked.
+    numeric_options: dict[str, dict] = {}
 
     def __init_subclass__(cls, name: str | None = None, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -61,8 +69,12 @@ class NeuralOperator(nn.Module):
             bound = signature.bind(self, *args, **kw)
             bound.apply_defaults()
             depth = bound.arguments.get("depth")
-            if isinstance(depth, int) and depth < 1:  # no block: a pointwise map, not an operator
+            if isinstance(depth, int) and not isinstance(depth, bool) and depth < 1:  # a pointwise map
                 raise ConfigError(f"{cls.__name__}: depth must be at least 1, got {depth}")
+            checked = checked_options(cls.__name__, cls.numeric_options, bound.arguments)
+            if checked:
+                bound.arguments.update(checked)
+                args, kw = bound.args[1:], bound.kwargs
             init(self, *args, **kw)
             if type(self) is cls:  # plain Python values: checkpoints load with weights_only
                 self.hparams = {k: _plain(v) for k, v in bound.arguments.items() if k != "self"}
@@ -95,6 +107,32 @@ class NeuralOperator(nn.Module):
     def check_call(self, x: torch.Tensor, mesh: Mesh) -> None:
         """Everything a forward pass checks first (:func:`~geoattn.models.base.check_call`)."""
         check_call(self, x, mesh)
+
+
+#: the options every model of :mod:`geoattn.models` has: whole numbers >= 1
+COMMON_OPTIONS = {name: {"integer": True} for name in ("in_channels", "out_channels", "dim", "width", "depth")}
+#: a dropout rate: a number in [0, 1)
+DROPOUT = {"positive": False, "minimum": 0.0, "below": 1.0}
+
+
+def checked_options(model: str, rules: dict[str, dict], arguments: dict) -> dict:
+    """The values of the numeric options ``rules`` (see :attr:`NeuralOperator.numeric_options`)
+    among the constructor's ``arguments``, checked and made Python numbers."""
+    out = {}
+    for name, rule in rules.items():
+        value = arguments.get(name)
+        if value is None:
+            continue
+        rule = dict(rule)
+        each = rule.pop("each", False)
+        try:
+            if each and isinstance(value, (list, tuple)):
+                out[name] = type(value)(checked_number(name, v, **rule) for v in value)
+            else:
+                out[name] = checked_number(name, value, **rule)
+        except ConfigError as err:
+            raise ConfigError(f"{model}: {err}") from None
+    return out
 
 
 def _plain(value):

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..mesh.mesh import Mesh
+from ..mesh.validation import checked_number
 from .base import NeuralOperator
 
 
@@ -26,8 +27,7 @@ class PointwiseMLP(nn.Sequential):
     """
 
     def __init__(self, in_features: int, hidden: int, out_features: int, dropout: float = 0.0):
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        dropout = checked_number("dropout", dropout, positive=False, minimum=0.0, below=1.0)
         super().__init__(nn.Linear(in_features, hidden), nn.GELU(), nn.Linear(hidden, out_features))
         self.dropout = dropout
 
@@ -65,8 +65,9 @@ class CoordinateFeatures(nn.Module):
     def __init__(self, in_channels: int, dim: int, num_features: int = 0, scale: float = 1.0,
                  learned: bool = False):
         super().__init__()
-        if num_features < 0 or scale <= 0:
-            raise ValueError(f"need num_features >= 0 and scale > 0, got {num_features}, {scale}")
+        num_features = checked_number("coordinate_features num_features", num_features, integer=True,
+                                      positive=False, minimum=0)
+        scale = checked_number("coordinate_features scale", scale)
         self.num_features, self.scale, self.learned = num_features, scale, learned
         self.out_features = in_channels + dim + 2 * num_features
         b = torch.randn(num_features, dim) * scale if num_features else None

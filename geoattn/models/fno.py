@@ -13,7 +13,7 @@ from ..mesh.mesh import Mesh
 from ..nn.local_integral import LocalIntegral
 from ..nn.p1_fourier import p1_fourier_basis
 from ..nn.spectral import SpectralIntegral, check_period_extent, checked_period
-from .base import NeuralOperator
+from .base import COMMON_OPTIONS, NeuralOperator
 
 #: How the forward transforms integrate: ``"nodal"`` (the nodes' quadrature weights) or ``"p1"``
 #: (the piecewise-linear interpolant, exactly on the triangles).
@@ -96,6 +96,9 @@ class MeshFNO(NeuralOperator, name="mesh_fno"):
           for ``quadrature="p1"``): ``model(x, mesh)``.
         - output: ``[N, C_out]``.
     """
+
+    numeric_options = {**COMMON_OPTIONS, "modes": {"integer": True, "positive": False, "minimum": 0, "each": True},
+                       "padding": {"positive": False, "minimum": 0.0}}
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 32,
                  depth: int = 4, modes: int | Sequence[int] = 4, padding: float | None = None,

@@ -11,6 +11,7 @@ from torch import nn
 from ..nn.galerkin_attention import FourierAttention, GalerkinAttention
 from ..mesh.mesh import Mesh
 from ..nn.spectral import SpectralIntegral
+from .base import COMMON_OPTIONS, DROPOUT
 from .encoder import DECODERS, CoordinateFeatures, EncoderBlock, EncoderOperator, PointwiseMLP
 
 _ATTENTION = {"galerkin": GalerkinAttention, "fourier": FourierAttention}
@@ -209,6 +210,9 @@ class GalerkinTransformer(EncoderOperator, name="galerkin"):
           batch_query=...)`` still works.
         - output: ``[N, C_out]``, or ``[Nq, C_out]`` with a query mesh.
     """
+
+    numeric_options = {**COMMON_OPTIONS, "num_heads": {"integer": True}, "ff_mult": {"integer": True},
+                       "ff_dropout": DROPOUT}
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
                  depth: int = 3, num_heads: int = 4, ff_mult: int = 2, attention: str = "galerkin",

@@ -9,7 +9,7 @@ from torch import nn
 from ..mesh.mesh import Mesh
 from ..mesh.neighbors import radius_graph
 from ..nn.graph_kernel import GraphKernelIntegral
-from .base import NeuralOperator
+from .base import COMMON_OPTIONS, NeuralOperator
 from .encoder import CoordinateFeatures, PointwiseMLP
 
 
@@ -44,6 +44,8 @@ class GNO(NeuralOperator, name="gno"):
           ``model(x, mesh)``.
         - output: ``[N, C_out]``.
     """
+
+    numeric_options = {**COMMON_OPTIONS, "radius": {}, "kernel_width": {"integer": True}}
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 16,
                  depth: int = 3, radius: float = 0.25, kernel_width: int = 32,

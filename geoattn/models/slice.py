@@ -7,7 +7,7 @@ from torch import nn
 
 from ..mesh.mesh import Mesh
 from ..nn.slice_attention import SliceAttention
-from .base import NeuralOperator
+from .base import COMMON_OPTIONS, DROPOUT, NeuralOperator
 from .encoder import CoordinateFeatures, EncoderBlock, PointwiseMLP
 
 
@@ -46,6 +46,9 @@ class SliceTransformer(NeuralOperator, name="slice"):
           ``model(x, pos, weight, batch)`` still works.
         - output: ``[N, C_out]`` on the input mesh.
     """
+
+    numeric_options = {**COMMON_OPTIONS, "num_heads": {"integer": True}, "num_slices": {"integer": True},
+                       "ff_mult": {"integer": True}, "dropout": DROPOUT}
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
                  depth: int = 3, num_heads: int = 4, num_slices: int = 32, ff_mult: int = 2,

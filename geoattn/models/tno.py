@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from ..nn.continuum_attention import ContinuumAttention
+from .base import COMMON_OPTIONS, DROPOUT
 from .encoder import CoordinateFeatures, EncoderBlock, EncoderOperator, PointwiseMLP
 
 
@@ -51,6 +52,9 @@ class TNO(EncoderOperator, name="tno"):
           as many graphs (see :class:`~geoattn.models.GalerkinTransformer` for the full call).
         - output: ``[N, C_out]``, or ``[Nq, C_out]`` with a query mesh.
     """
+
+    numeric_options = {**COMMON_OPTIONS, "num_heads": {"integer": True}, "ff_mult": {"integer": True},
+                       "dropout": DROPOUT}
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
                  depth: int = 3, num_heads: int = 4, ff_mult: int = 2, dropout: float = 0.0,
