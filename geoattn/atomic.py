@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -99,9 +100,17 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     except OSError as err:
         if isinstance(err, GeoattnError):
             raise
-        raise OutputError(f"cannot write {path}: {err.strerror or err}") from err
+        raise OutputError(f"cannot write {path}: {_reason(err)}") from err
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _reason(err: OSError) -> str:
+    """Why a write failed, in words: the system's (``No space left on device``), or for NumPy's
+    short write (``3072 requested and 1027 written``, which names no cause), that of a full disk."""
+    if err.errno is None and re.search(r"\d+ requested and \d+ written", str(err)):
+        return f"No space left on device (a short write: {err})"
+    return err.strerror or str(err)
 
 
 class GuardedFile(io.RawIOBase):

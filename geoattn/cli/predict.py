@@ -165,6 +165,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+#: the output formats whose meshio writer writes an HDF5 file (the XDMF companion ``.h5``, MOAB,
+#: MED, CGNS): HDF5 cannot recover from a write that fails (a full disk crashes the process), so
+#: their room on the disk is checked before they are written
+HDF5_FORMATS = (".xdmf", ".xmf", ".h5m", ".med", ".cgns")
+
+
+def written_bytes(mesh) -> int:
+    """An upper bound of the bytes meshio writes for ``mesh`` in an HDF5-backed format: its
+    arrays uncompressed (points padded to 3-D float64), a quarter more and 64 KiB of metadata."""
+    import numpy as np
+
+    arrays = [np.asarray(b.data) for b in mesh.cells] + [np.asarray(v) for v in mesh.point_data.values()]
+    arrays += [np.asarray(v) for blocks in mesh.cell_data.values() for v in blocks]
+    raw = 24 * len(mesh.points) + sum(a.nbytes for a in arrays)
+    return int(1.25 * raw) + 65536
+
+
 def _predict_one(args, op, path: Path, output: Path, fields, names, stored: dict, reader: dict):
     """Predict on the mesh file ``path`` and write the result to ``output``; returns it."""
     import meshio
@@ -172,6 +189,7 @@ def _predict_one(args, op, path: Path, output: Path, fields, names, stored: dict
     from ..eval import predict_meshio
     from ..mesh import save_meshio
     from ..mesh.io import read_meshio
+    from ..atomic import check_space
     from ..mesh.validation import located
     from ..train.checkpoint import atomic_path
 
@@ -182,6 +200,8 @@ def _predict_one(args, op, path: Path, output: Path, fields, names, stored: dict
     params = _params(args, stored.get("params") or [], path, mesh)
     with located(str(path)):
         result = predict_meshio(op, mesh, fields, names, params=params, **reader)
+    if output.suffix.lower() in HDF5_FORMATS:  # HDF5 cannot be guarded byte by byte here: room first
+        check_space(output, written_bytes(result), "free some space or write the prediction elsewhere (-o)")
     with atomic_path(output) as tmp:
         try:
             save_meshio(tmp, result)
