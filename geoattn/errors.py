@@ -161,8 +161,8 @@ class InputFilesError(MeshError):
         reasons = [" ".join(str(err).split()) or type(err).__name__ for err in self.errors[:shown]]
         more = len(self.errors) - len(reasons)
         super().__init__(f"{len(self.errors)} of {total} input files cannot be used; fix or remove each: "
-                         + " | ".join(f"({i}) {r}" for i, r in enumerate(reasons, 1))
-                         + (f" | and {more} more" if more > 0 else ""))
+                         + " ".join(f"({i}) {r}" for i, r in enumerate(reasons, 1))
+                         + (f" (and {more} more)" if more > 0 else ""))
 
 
 class TooFewNodesError(EmptyMeshError):

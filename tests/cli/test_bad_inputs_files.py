@@ -52,7 +52,7 @@ def test_import_names_every_unreadable_file_in_one_line(bad_folder, tmp_path, ca
     out = tmp_path / "d.h5"
     args = ["import", str(bad_folder), "--x", "a", "--y", "T", "--out", str(out), "--no-progress"]
     err = refused(args, capsys, r"3 of 5 input files cannot be used", InputFilesError)
-    reasons = re.split(r" \| \(\d\) ", err)  # "(1) ... | (2) ... | (3) ...": one reason per file
+    reasons = re.split(r" \(\d\) ", err)[1:]  # "...: (1) ... (2) ... (3) ...": one reason per file
     assert len(reasons) == 3 and "(4)" not in err, err
     for reason, name in zip(reasons, ("c_empty.vtu", "d_text.msh", "e_broken.xdmf")):
         assert name in reason, (name, reason)
