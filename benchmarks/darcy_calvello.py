@@ -74,6 +74,7 @@ class Scale:
     depth: int = 3
     num_heads: int = 4
     models: tuple[str, ...] = ("tno",)
+    seconds: float | None = None  # training-time budget per model (epochs is then the most)
 
 
 SCALES = {

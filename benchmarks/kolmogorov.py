@@ -100,6 +100,7 @@ class Scale:
     depth: int = 3
     num_heads: int = 4
     models: tuple[str, ...] = ("tno", "galerkin", "slice", "mesh_fno")
+    seconds: float | None = None  # training-time budget per model (epochs is then the most)
     target: str = "increment"  # what the model predicts: "increment" omega(T + dt) - omega(T), or "state"
 
 
@@ -180,21 +181,29 @@ def samples_on(coefficients: dict, where: dict, rows: slice, device: str = "cpu"
 
 def model_kwargs(name: str, scale: Scale, nodes: int, period: float | None = None) -> dict:
     """Constructor arguments of a registered model at this scale: width and depth for all, heads
-    for the attention models, for ``mesh_fno`` the modes the training nodes resolve
-    (:func:`geoattn.nn.spectral.resolved_modes`, at most 12 as in the paper's FNO), for the
+    for the attention models, for ``mesh_fno`` and the spectral decoder of ``galerkin`` (Cao's)
+    the modes the training nodes resolve (:func:`geoattn.nn.spectral.resolved_modes`, at most
+    12 as in the paper's FNO), for the
     patched models (``vit``, ``fano``) 16 patches and the paper's modes (:data:`PATCH_MODES`), at
     most those their nodes resolve, and for every model that takes one the declared ``period``
-    (Kolmogorov: the torus, ``LENGTH``; the nodes' bounding box is not the period)."""
+    (Kolmogorov: the torus, ``LENGTH``; the nodes' bounding box is not the period), with, for the
+    patched models, Remark 21's residual spectral layer on the whole torus (``final_modes``, the
+    modes the training nodes resolve, at most 12)."""
     params = inspect.signature(MODELS[name].__init__).parameters
     kw = {"width": scale.width, "depth": scale.depth}
     if "num_heads" in params:
         kw["num_heads"] = scale.num_heads
     if name == "mesh_fno":
         kw["modes"] = max(1, min(12, resolved_modes(nodes, 2)))
+    if name == "galerkin":  # with Cao's spectral decoder
+        kw.update(decoder="spectral", spectral={"modes": max(1, min(12, resolved_modes(nodes, 2))),
+                                                **({} if period is None else {"period": period})})
     if "num_patches" in params:  # ViT-NO, FANO: the paper's 16 patches and modes, at most what they resolve
         kw.update(num_patches=16, modes=min(PATCH_MODES[name], resolved_modes(nodes / 16, 2)))
     if period is not None and "period" in params:
         kw["period"] = period
+        if "final_modes" in params:  # Remark 21: a residual spectral layer over the seams of the patches
+            kw["final_modes"] = max(1, min(12, resolved_modes(nodes, 2)))
     return {k: v for k, v in kw.items() if k in params}
 
 
@@ -256,7 +265,7 @@ def train(name: str, kwargs: dict, samples: list, scale: Scale, device: torch.de
     op = NormalizedOperator(model).to(device)
     scored = IncrementOperator(op) if increment else op
     trainer = Trainer(op, out, epochs=scale.epochs, batch_size=scale.batch_size, lr=scale.lr, h1=h1,
-                      seed=seed, progress=out is None)
+                      seed=seed, progress=out is None, seconds=getattr(scale, "seconds", None))
     curve = as_samples([d.to(device) for d in curve_samples]) if curve_samples else None
 
     def on_epoch(epoch: int, row: dict) -> None:
@@ -442,6 +451,8 @@ def parse_arguments(argv, doc: str, scales: dict, scale_cls, fields: tuple[str, 
     for field in fields:
         parser.add_argument("--" + field.replace("_", "-"), type=int, help=f"override the scale's {field}")
     parser.add_argument("--lr", type=float, help="override the scale's peak learning rate")
+    parser.add_argument("--seconds", type=float, help="training-time budget per model: the one-cycle schedule "
+                        "follows the elapsed share of it and --epochs is the most (Trainer(seconds=))")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: 1)")
     parser.add_argument("--cache", type=Path, help=cache_help)
     parser.add_argument("--out", type=Path, help="folder for results.json and table.md, and each model's run "
