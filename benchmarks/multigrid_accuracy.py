@@ -21,9 +21,14 @@ differ in the training loss only:
   interpolants: the :math:`L^2(D)` error of the model's function against the interpolant, the
   inputs as the model sees them at test time.
 
-``VARIANT:1,2,2,2`` gives the model those smoothing steps per level. Each run writes
+The model has the default 2 smoothing steps per level; ``VARIANT:1,2,2,2`` gives it those per level. Each run writes
 ``OUT/<variant>-s<seed>.json``; a rerun skips finished runs. The table: the error on every mesh,
-the worst / train ratio, epochs and seconds per epoch.
+the worst / train ratio, epochs and seconds per epoch; the column ``refined, train inputs`` is the
+refined mesh's error with the inputs taken on the training mesh (``query=`` the refined mesh: the
+same test samples, the refined mesh holding the training mesh's nodes first), so that the
+refined mesh's loss splits into the inputs' part and the output's; ``refined targets at train
+nodes`` is the model's output on the training mesh scored against the refined mesh's targets at
+the same nodes (the part of the refined mesh's error that the targets' own difference makes).
 """
 
 from __future__ import annotations
@@ -73,8 +78,7 @@ def train_one(mode: str, smoothing, seed: int, data: dict, scale, seconds: float
     coarse, fine = mesh_of(train[0]), (mesh_of(fine_samples[0]) if fine_samples is not None else None)
     torch.manual_seed(seed)
     kw = dict(multigrid_configuration(scale, "square"), width=scale.width, depth=scale.depth)
-    if smoothing:
-        kw["smoothing"] = smoothing
+    kw["smoothing"] = smoothing or 2
     op = NormalizedOperator(build_model("multigrid", in_channels=1, out_channels=1, dim=2, **kw))
     fit = fine_samples if mode == "refined" else train
     op.x_normalizer.fit((d.x, d.weight) for d in fit)
@@ -123,9 +127,37 @@ def train_one(mode: str, smoothing, seed: int, data: dict, scale, seconds: float
                 errs.append(relative_l2(op(stacked(samples, ids, "x"), mesh), stacked(samples, ids, "y"), mesh,
                                         reduction="none"))
             errors[name] = float(torch.cat(errs).mean())
+        # the refined mesh's targets from the training mesh's inputs (the model's function read at
+        # the refined nodes): what is left of the refined mesh's error once the inputs are the same
+        train_mesh, fine_mesh = mesh_of(data["test"]["train"][0]), mesh_of(data["test"]["refined"][0])
+        errs = []
+        for k in range(0, len(data["test"]["train"]), b):
+            ids = list(range(k, min(k + b, len(data["test"]["train"]))))
+            at = Mesh.batch([fine_mesh] * len(ids))
+            pred = op(stacked(data["test"]["train"], ids, "x"), Mesh.batch([train_mesh] * len(ids)), query=at)
+            errs.append(relative_l2(pred, stacked(data["test"]["refined"], ids, "y"), at, reduction="none"))
+        errors["refined, train inputs"] = float(torch.cat(errs).mean())
+        errors["refined targets at train nodes"] = target_gap(data, op, b)
     per_epoch = len(train) // b
     return {"mode": mode, "smoothing": smoothing, "seed": seed, "epochs": steps / per_epoch, "seconds": elapsed,
             "seconds_per_epoch": elapsed * per_epoch / steps, "test": errors, "load": os.getloadavg()[0]}
+
+
+def target_gap(data: dict, op=None, b: int = 4) -> float:
+    """The refined mesh's targets at the training mesh's nodes (its first nodes) against the
+    model's outputs on the training mesh (``op``), or against the training mesh's own targets
+    (``op=None``: how far the two meshes' finite-element solutions are apart there); the mean
+    weighted relative L2 over the test samples, with the training mesh's weights."""
+    train, fine = data["test"]["train"], data["test"]["refined"]
+    mesh1 = mesh_of(train[0])
+    errs = []
+    for k in range(0, len(train), b):
+        ids = list(range(k, min(k + b, len(train))))
+        mesh = Mesh.batch([mesh1] * len(ids))
+        y = torch.cat([fine[i].y[:mesh1.num_nodes] for i in ids])
+        pred = stacked(train, ids, "y") if op is None else op(stacked(train, ids, "x"), mesh)
+        errs.append(relative_l2(pred, y, mesh, reduction="none"))
+    return float(torch.cat(errs).mean())
 
 
 def parse(variant: str) -> tuple[str, tuple[int, ...] | None]:
@@ -141,14 +173,18 @@ def table(runs: list[dict]) -> str:
     for r in runs:
         name = r["mode"] + (f", smoothing={tuple(r['smoothing'])}" if r["smoothing"] else "")
         groups.setdefault(name, []).append(r)
-    head = ["variant", "seeds", "epochs", "s / epoch"] + meshes + ["worst / train"]
+    diagnostics = ["refined, train inputs", "refined targets at train nodes"]
+    meshes = [m for m in meshes if m not in diagnostics]
+    extra = [m for m in diagnostics if all(m in r["test"] for r in runs)]
+    head = ["variant", "seeds", "epochs", "s / epoch"] + meshes + ["worst / train"] + extra
     rows = []
     for name, rs in groups.items():
         mean = {m: float(np.mean([r["test"][m] for r in rs])) for m in meshes}
         ratios = [max(r["test"][m] for m in meshes[1:]) / r["test"][meshes[0]] for r in rs]
         rows.append([name, len(rs), " / ".join(f"{r['epochs']:.1f}" for r in rs),
                      f"{np.mean([r['seconds_per_epoch'] for r in rs]):.2f}",
-                     *(f"{mean[m]:.4f}" for m in meshes), " / ".join(f"{x:.2f}" for x in ratios)])
+                     *(f"{mean[m]:.4f}" for m in meshes), " / ".join(f"{x:.2f}" for x in ratios),
+                     *(f"{np.mean([r['test'][m] for r in rs]):.4f}" for m in extra)])
     return markdown_table(head, rows)
 
 
@@ -177,6 +213,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 print(variant, seed, run["test"], f"{run['seconds']:.0f} s", file=sys.stderr)
             runs.append(json.loads(path.read_text()))
     print(table(runs))
+    if data is not None:
+        print(f"the refined mesh's targets against the training mesh's, at the training nodes: {target_gap(data):.4f}")
     return runs
 
 

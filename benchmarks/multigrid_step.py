@@ -8,8 +8,9 @@ One training step is what :class:`geoattn.train.Trainer` does per batch: the bat
 members keep their memos), the forward pass, the weighted relative L2 loss, the backward pass
 and an AdamW step; batch 4, one torch thread. Models as the race builds them on the square
 (:func:`darcy.race.multigrid_configuration`, :func:`darcy.race.peer_configuration` at the
-``race`` scale: the 1 089-node training mesh, width 32, 4 blocks): ``multigrid`` of this
-checkout (``after``; also with ``--smoothing`` per level) and of the git revision ``--before``
+``race`` scale: the 1 089-node training mesh, width 32, 4 blocks; the model's default smoothing,
+2 steps per level): ``multigrid`` of this checkout (also with ``--smoothing`` steps per level, the
+race's ``1,2,2,2`` by default) and of the git revision ``--before``
 (its ``geoattn/models/multigrid.py`` loaded beside this checkout's), and neuralop's FNO through
 a 33 x 33 grid. Three cases:
 
@@ -102,8 +103,8 @@ def timed_steps(model: torch.nn.Module, batches: list[list[Mesh]], steps: int) -
 
 
 def build_models(before: str | None, scale, smoothing: list[tuple[int, ...]]) -> dict[str, callable]:
-    config = multigrid_configuration(scale, "square")
-    kw = dict(in_channels=1, out_channels=1, dim=2, width=scale.width, depth=scale.depth, **config)
+    config = {k: v for k, v in multigrid_configuration(scale, "square").items() if k != "smoothing"}
+    kw = dict(in_channels=1, out_channels=1, dim=2, width=scale.width, depth=scale.depth, **config)  # smoothing 2
     out = {"neuralop-fno": lambda: GridFNO(1, 1, **peer_configuration(scale, "square"))}
     if before:
         old = multigrid_at(before)

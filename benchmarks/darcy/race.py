@@ -121,12 +121,14 @@ def peer_configuration(scale: Scale, domain: str = "square") -> dict:
 
 def multigrid_configuration(scale: Scale, domain: str = "square", levels: int = 4) -> dict:
     """The multigrid's first grid over the domain's bounding box, with about as many cells as the
-    training mesh has nodes (a multiple of ``2 ** (levels - 1)`` per axis), and ``levels`` grids."""
+    training mesh has nodes (a multiple of ``2 ** (levels - 1)`` per axis), ``levels`` grids, and
+    one smoothing step on the first grid, two on the others (``docs/choosing.rst``: the first
+    grid's convolutions are most of a step's cost)."""
     side = training_nodes(scale.mesh_n, domain) ** 0.5
     levels = max(1, min(levels, int(np.log2(side / 2)) + 1))  # at least 2 cells on the coarsest grid
     step = 2 ** (levels - 1)
     grid = max(2 * step, step * round(side / step))
-    return dict(grid=grid, levels=levels, box=domain_box(scale.mesh_n, domain))
+    return dict(grid=grid, levels=levels, smoothing=(1,) + (2,) * (levels - 1), box=domain_box(scale.mesh_n, domain))
 
 
 class MixedResolution(RefinedOperator):

@@ -640,8 +640,14 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
     loss taken at the nodes alone leaves the output between them free, and a model fitted that
     way loses accuracy on any other mesh. Train it on the data's piecewise-linear interpolants
     at the nodes of the training mesh refined once (:func:`geoattn.data.refined_samples`), whose
-    weighted nodal loss is the :math:`L^2(D)` error against the interpolant; or choose ``grid``
-    with a few nodes per cell of the first grid.
+    weighted nodal loss is the :math:`L^2(D)` error against the interpolant; or take the loss at
+    those nodes with the inputs on the data's own mesh, ``model(x, mesh, query=fine)``
+    (``fine``: :meth:`~geoattn.mesh.Mesh.refined`, the targets carried by its prolongation); or
+    choose ``grid`` with a few nodes per cell of the first grid.
+
+    **Cost.** A training step is mostly the first grid's :math:`3^d` convolutions and their
+    backward pass; ``smoothing=(1, 2, ...)`` halves the first grid's convolutions. The transfers are
+    sparse products (:class:`SparseMap`) built once per mesh.
 
     Args:
         in_channels: input function channels ``C_in``.

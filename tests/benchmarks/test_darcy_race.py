@@ -57,3 +57,17 @@ def test_tiny_race_runs_every_model_in_its_process_and_skips_finished_runs(scrip
     script.main(args)
     assert (tmp_path / "square" / "n200" / "multigrid" / "results.json").stat().st_mtime == stamp
     assert json.loads((tmp_path / "square" / "n200" / "multigrid" / "results.json").read_text())["domain"] == "square"
+
+
+def test_multigrid_configuration_smooths_once_on_the_first_grid():
+    """The race's multigrid: the first grid matched to the 1 089 nodes (32 cells per axis, 4
+    levels), one smoothing step on it and two on each coarser grid (its convolutions are most of
+    a step's cost, ``benchmarks/multigrid_step.py``); a model builds from it."""
+    from darcy.race import SCALES, multigrid_configuration
+
+    from geoattn.models import build_model
+
+    config = multigrid_configuration(SCALES["race"])
+    assert (config["grid"], config["levels"], config["smoothing"]) == (32, 4, (1, 2, 2, 2))
+    model = build_model("multigrid", in_channels=1, out_channels=1, **config)
+    assert [len(s) for s in model.cycles[0].down] == [1, 2, 2] and len(model.cycles[0].coarsest) == 2
