@@ -61,7 +61,7 @@ import torch
 
 from learning_curves import draw_learning_curves, time_table
 from timing import machine as describe_machine
-from results_page import add_docs_argument, write_page
+from results_page import add_docs_argument, markdown_table, write_page
 
 from problems.navier_stokes import (LENGTH, KolmogorovSolver, PeriodicGaussianField, evaluate,
                                     grid_values, kolmogorov_pairs, pair_samples,
@@ -307,6 +307,27 @@ def summary(errors: list[float]) -> tuple[float, float]:
 def identity_errors(sets: dict[str, list]) -> dict[str, list[float]]:
     """Relative L2 errors of predicting the input itself (``y ~ x``), per set."""
     return {name: [float(relative_l2(d.x, d.y, Mesh(d.pos, d.weight))) for d in samples] for name, samples in sets.items()}
+
+
+def energy_above(coefficients: dict, rows: slice, modes: tuple[int, ...]) -> dict[str, list[float]]:
+    r"""The share of the squared :math:`L^2` and :math:`H^1` norms (summed over the pairs ``rows``)
+    of :math:`\omega(T)` and of the increment :math:`\omega(T + \Delta t) - \omega(T)` in the
+    modes :math:`\|k\|_\infty > K`, for each ``K`` of ``modes``: ``{"omega(T), L2": [...], ...}``.
+    What a model that resolves ``K`` modes per axis cannot represent, and what weighs in the
+    relative :math:`H^1` loss."""
+    first = coefficients["first"][rows]
+    fields = {"omega(T)": first, "increment": coefficients["second"][rows] - first}
+    n = first.shape[-2]
+    kx = torch.fft.fftfreq(n, 1.0 / n).reshape(-1, 1)
+    ky = torch.arange(first.shape[-1], dtype=kx.dtype).reshape(1, -1)
+    kinf, k2 = torch.maximum(kx.abs(), ky), kx**2 + ky**2
+    halves = torch.where(ky > 0, 2.0, 1.0)  # the real FFT stores one of each conjugate pair
+    out = {}
+    for name, c in fields.items():
+        power = (c.abs().double() ** 2).sum(0) * halves
+        for norm, density in (("L2", power), ("H1", power * (1 + k2))):
+            out[f"{name}, {norm}"] = [float(density[kinf > K].sum() / density.sum()) for K in modes]
+    return out
 
 
 def physics_predictions(coefficients: dict, rows: slice, scale: Scale) -> dict[str, torch.Tensor]:
@@ -587,6 +608,12 @@ def main(argv: list[str] | None = None) -> dict:
     operators = train_models(names, lambda name: model_kwargs(name, scale, len(where["grid"]["pos"]), LENGTH),
                              training, tests, scale, device, args.seed, args.loss == "h1", results, log, args.out)
     table = markdown(results, paper=PAPER, baselines=("identity", "linear part", "Euler step"))
+    modes = (7, 12, scale.grid // 2 - 1)
+    shares = energy_above(coefficients, test_rows, modes)
+    table += ("\n## Where the increment lives\n\nShare of the squared norm in the modes above K per axis "
+              f"(test pairs; the {scale.grid}^2 grid resolves |k| < {scale.grid // 2}):\n\n"
+              + markdown_table(["field, norm"] + [f"|k| > {K}" for K in modes],
+                               [[name] + [f"{v:.3f}" for v in values] for name, values in shares.items()]) + "\n")
     baselines = {name: statistics.median(results[name]["grid"]) for name in ("identity", "Euler step")}
     table += "\n" + curves_section(args, results, baselines, f"Kolmogorov flow, {scale.grid}^2 grid, "
                                     f"{scale.n_train} training pairs, target: {scale.target}")

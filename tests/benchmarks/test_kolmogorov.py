@@ -99,3 +99,18 @@ def test_runs_resume_and_record_the_test_error_of_every_epoch(script, tmp_path):
     assert again["errors"] == first["errors"]
     with pytest.raises(script.ConfigError, match="other settings"):  # not resumed with other sizes
         script.main(argv[:-6] + ["--width", "12", "--out", str(tmp_path)])
+
+
+def test_energy_above_counts_each_mode_with_its_conjugate_and_its_h1_weight(script):
+    """omega(T) = one mode k = (2, 0); omega(T + dt) doubles it and adds k = (-9, 4), stored once
+    for the pair +-k of the real FFT: above 7 modes the increment holds 2 / 3 of the squared L2
+    norm (1 for (2, 0), 2 for the pair) and 2 * 98 / (5 + 2 * 98) of the H1 norm (weights 1 + |k|^2)."""
+    n = 32
+    first = torch.zeros(1, n, n // 2 + 1, dtype=torch.complex128)
+    first[0, 2, 0] = 1.0
+    second = 2 * first
+    second[0, -9, 4] = 1.0
+    shares = script.energy_above({"first": first, "second": second}, slice(0, 1), (1, 7, 9))
+    assert shares["omega(T), L2"] == pytest.approx([1.0, 0.0, 0.0])
+    assert shares["increment, L2"] == pytest.approx([1.0, 2 / 3, 0.0])
+    assert shares["increment, H1"] == pytest.approx([1.0, 196 / 201, 0.0])
