@@ -44,11 +44,11 @@ from ..mesh.validation import checked_number
 from ..nn.patch_attention import (P1PatchGeometry, PatchAttention, PatchGeometry, PatchPieces, PatchSide, TokenMesh,
                                   cell_pieces, clipped_pieces, concat_geometry, concat_p1_geometry, grid_stencil,
                                   majority_patch, p1_patch_geometry, patch_coefficients, patch_evaluate, patch_geometry,
-                                  reference_grid, token_mesh)
+                                  piece_corners, reference_grid, region_centroids, token_mesh)
 from ..nn.patch_mass import P1PatchMass, concat_p1_mass, p1_patch_mass
 from ..nn.patch_pairs import PatchPairs, concat_pairs, patch_pairs, shifted_cat
 from ..nn.spectral import (PatchSpectralIntegral, SpectralIntegral, SpectralSmoothing, _uses_nufft, _zero_index,
-                           checked_period, resolved_modes)
+                           checked_period, fourier_modes, resolved_modes)
 from .encoder import CoordinateFeatures, EncoderBlock, EncoderOperator, PointwiseMLP
 
 logger = logging.getLogger(__name__)
@@ -214,8 +214,8 @@ class PatchedOperator(EncoderOperator):
     spectral_qkv: bool = False
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 2, width: int = 64,
-                 depth: int = 3, num_heads: int = 4, ff_mult: int = 2, num_patches: int = 16,
-                 modes: int = 4, partition_method: str = "rcb", final_modes: int | None = None,
+                 depth: int = 3, num_heads: int = 4, ff_mult: int = 2, num_patches: int = 4,
+                 modes: int = 2, partition_method: str = "rcb", final_modes: int | None = None,
                  decoder: str = "pointwise", smoothing_eps: float | None = None,
                  coordinate_features: dict | None = None, quadrature: str | None = None, scores: str = "nodal",
                  grid: int = 16, period: float | tuple[float, ...] | None = None):
@@ -261,6 +261,8 @@ class PatchedOperator(EncoderOperator):
         if quadrature == "p1" and dim != 2:
             raise ConfigError(f"quadrature='p1' integrates over triangles: dim must be 2, got {dim}")
         self.quadrature, self.scores, self.grid = quadrature, scores, grid
+        self.register_buffer("input_modes", fourier_modes(modes, dim), persistent=False)
+        self._input_zero = _zero_index(self.input_modes)
         if partition_method not in ("rcb", "metis"):
             raise ValueError(f"partition_method must be 'rcb' or 'metis', got {partition_method!r}")
         if smoothing_eps is not None and final_modes is None:
@@ -335,13 +337,14 @@ class PatchedOperator(EncoderOperator):
         part = make_partition(mesh.pos, mesh.weight, self.num_patches, cells=mesh.cells, method=self.partition_method)
         self.set_partition(part)
         if self.quadrature == "tokens":  # the centres of the patches' grids: the same on every mesh from now on
-            centre, length = self._windows(mesh.pos, mesh.weight, part)
+            centre, length = self._windows(mesh.pos, mesh.weight, part, mesh.cells)
             if length != part.length:
                 self.set_partition(dataclasses.replace(part, length=length))
             self.patch_centre = centre.contiguous().view(torch.long).to(self.patch_centre.device)
             self._token = next(_TOKENS)
 
-    def _windows(self, pos: torch.Tensor, weight: torch.Tensor, part: Partition) -> tuple[torch.Tensor, float]:
+    def _windows(self, pos: torch.Tensor, weight: torch.Tensor, part: Partition,
+                 cells: torch.Tensor | None = None) -> tuple[torch.Tensor, float]:
         """The centres ``[P, d]`` (float64, CPU) and the side of the patches' grids on the mesh
         ``pos``: on a torus cut by RCB, the centres of the boxes the cuts make of the torus (whose
         box starts at the nodes' lowest coordinates) and 1.1 times their longest side, so that
@@ -349,6 +352,11 @@ class PatchedOperator(EncoderOperator):
         nodes and the partition's length."""
         node = pos.detach().cpu().double()
         tree = getattr(part, "_tree", None)
+        if self._exact_input(cells, part):  # the centroids of the patches' regions, the same on every mesh
+            patch = part.transfer(pos)
+            pieces = clipped_pieces(pos, cells, patch, tree)
+            corner, area = piece_corners(pos, cells, pieces)
+            return region_centroids(corner, area, pieces, pos, weight, patch.cpu(), part.num_parts), float(part.length)
         if self.period is None or tree is None:
             return _node_centres(node, weight, part.transfer(pos).cpu(), part.num_parts), float(part.length)
         lo = node.amin(0)
@@ -551,7 +559,13 @@ class PatchedOperator(EncoderOperator):
         if len(self.patch_centre) and self.partition is not None:
             centre, length = self.patch_centre.cpu().view(torch.float64).view(p, d), float(part.length)
         else:
-            centre, length = self._windows(pos, weight, part)
+            centre, length = self._windows(pos, weight, part, mesh.cells)
+        exact = None
+        if self._exact_input(mesh.cells, part):  # the input's modes integrated exactly over each patch's region
+            with torch.no_grad():
+                pieces = clipped_pieces(pos, mesh.cells, patch.to(pos.device), part._tree)
+                exact = p1_patch_geometry(pos / length, weight / length ** d, mesh.cells, patch.to(pos.device), p,
+                                          pieces, self.input_modes)
         points = (centre[:, None, :] + length * reference_grid(g, d)[None]).reshape(-1, d)  # (P G^d, d)
         source, owner = node, torch.arange(len(node))
         if self.period is not None:
@@ -567,7 +581,13 @@ class PatchedOperator(EncoderOperator):
         device, dtype = pos.device, pos.dtype
         return TokenIndex(points.to(device, dtype), owner[stencil.index.cpu()].to(device),
                           stencil.coeff.to(device, dtype), (patch[:, None] * g ** d + index).to(device),
-                          coeff.to(device, dtype))
+                          coeff.to(device, dtype), exact)
+
+    def _exact_input(self, cells: torch.Tensor | None, part: Partition) -> bool:
+        """Whether the input's modes are integrated exactly on the pieces of the triangles
+        (2-D triangle meshes cut by RCB planes, no period), not on the grid's samples."""
+        return (self.dim == 2 and self.period is None and cells is not None and cells.shape[1] == 3
+                and getattr(part, "_tree", None) is not None)
 
     def token_mesh(self, num_graphs: int, dtype: torch.dtype, device) -> tuple[TokenMesh, PatchIndex]:
         """The :class:`~geoattn.nn.patch_attention.TokenMesh` of ``num_graphs`` graphs and its
@@ -587,8 +607,14 @@ class PatchedOperator(EncoderOperator):
         tokens = self.token_index(mesh)
         grid, index = self.token_mesh(mesh.num_graphs, x.dtype, x.device)
         # the input's piecewise-linear interpolant at the grid points: the one mesh-dependent input step
-        u = (x[tokens.sample_index] * tokens.sample_coeff.to(x.dtype).unsqueeze(-1)).sum(1)  # quadrature-ok: a stencil
-        f = self.inputs(u, tokens.points.to(x.dtype))
+        modes, zero = self.input_modes, self._input_zero
+        if tokens.exact is not None:  # exact on the interpolant over each patch's region: no aliasing
+            coeff = patch_coefficients(x, mesh.weight, tokens.exact.geometry, modes, zero, p1=tokens.exact)
+        else:  # the grid's midpoint rule on its samples
+            u = (x[tokens.sample_index] * tokens.sample_coeff.to(x.dtype).unsqueeze(-1)).sum(1)  # quadrature-ok: a stencil
+            coeff = patch_coefficients(u, grid.weight, grid.geometry, modes, zero)
+        # the input's truncated Fourier series on every grid: nothing finer than the modes
+        f = self.inputs(patch_evaluate(coeff, grid.geometry, modes, zero), tokens.points.to(x.dtype))
         if self.spectral_lift:
             h = self.lift(f, grid.pos, grid.weight, grid.batch, patches=index) + self.lift_local(f)
         else:
@@ -649,6 +675,7 @@ class TokenIndex(NamedTuple):
     sample_coeff: torch.Tensor
     node_index: torch.Tensor
     node_coeff: torch.Tensor
+    exact: P1PatchGeometry | None = None
 
 
 def _join_tokens(mesh: Mesh, parts: list[TokenIndex]) -> TokenIndex:
@@ -657,7 +684,9 @@ def _join_tokens(mesh: Mesh, parts: list[TokenIndex]) -> TokenIndex:
                       shifted_cat([t.sample_index for t in parts], mesh.layout.counts),
                       torch.cat([t.sample_coeff for t in parts]),
                       shifted_cat([t.node_index for t in parts], [len(t.points) for t in parts]),
-                      torch.cat([t.node_coeff for t in parts]))
+                      torch.cat([t.node_coeff for t in parts]),
+                      concat_p1_geometry([t.exact for t in parts], mesh.layout.counts)
+                      if all(t.exact is not None for t in parts) else None)
 
 
 def _node_centres(pos: torch.Tensor, weight: torch.Tensor, patch: torch.Tensor, num_patches: int) -> torch.Tensor:
@@ -708,10 +737,10 @@ _ARGS = r"""
         depth: number of encoder blocks (default ``3``).
         num_heads: attention heads (default ``4``).
         ff_mult: feed-forward hidden size as a multiple of ``width`` (default ``2``).
-        num_patches: patches per graph :math:`P` (default ``16``).
-        modes: Fourier modes :math:`K` per dimension on the reference patch (default ``4``, which
-            needs about :math:`(2(2K+1))^d = 324` nodes per patch in 2D: see
-            :func:`~geoattn.nn.spectral.resolved_modes`).
+        num_patches: patches per graph :math:`P` (default ``4``).
+        modes: Fourier modes :math:`K` per dimension on the reference patch (default ``2``). With
+            ``quadrature="tokens"`` at most ``(grid - 1) // 2``; with ``"nodal"`` every patch
+            needs about :math:`(2(2K+1))^d` nodes (:func:`~geoattn.nn.spectral.resolved_modes`).
         partition_method: ``"rcb"`` (default) or ``"metis"``, for the fitted partition and those
             made on the fly.
         final_modes: modes of the residual spectral layer :math:`z + W_S z` on the whole domain
@@ -721,11 +750,32 @@ _ARGS = r"""
             :class:`~geoattn.models.encoder.CoordinateFeatures` (default ``None``: none).
         smoothing_eps: :math:`\varepsilon` of the smoothing last layer in place of the residual
             spectral layer (default ``None``: none; the paper uses ``1e-3``).
-        quadrature: how ViT-NO's patch lift integrates its Fourier coefficients: ``"nodal"``
-            (default, the nodes' weights in each patch) or ``"p1"`` (2-D triangle meshes: the
-            piecewise-linear interpolant integrated exactly over each patch, with an RCB partition
-            cut along its planes, see :func:`~geoattn.nn.patch_attention.p1_patch_geometry`).
-            FANO takes ``"nodal"`` only.
+        quadrature: where the model computes and integrates. ``"tokens"`` (the default, unless
+            ``decoder="cross"`` or ``scores="p1"``, which need the nodes: then ``"nodal"``): every
+            patch carries a fixed grid of ``grid`` points per axis on its window
+            :math:`c_p + L[-1/2, 1/2]^d` (the same points on every mesh: the centres :math:`c_p`
+            are fitted with the partition, :meth:`fit_mesh`); the input's piecewise-linear
+            interpolant is read at these points, the lift, the attention between patches (the
+            grid's midpoint rule in the scores and the spectral transforms) and the feed-forward
+            networks all act on the grids, and the output is the grid function of every node's
+            patch, interpolated multilinearly at the node. The only steps that see the mesh are
+            the interpolation of the input and the evaluation at the nodes, so the model is one
+            continuum operator of the input's interpolant on every mesh of the domain.
+            ``"nodal"``: the nodes' weights in each patch (the former default); ``"p1"`` (ViT-NO,
+            2-D triangle meshes): the lift's Fourier coefficients exact on the piecewise-linear
+            interpolant over each patch (see
+            :func:`~geoattn.nn.patch_attention.p1_patch_geometry`), nodal elsewhere.
+        grid: points per axis of every patch's grid with ``quadrature="tokens"`` (default ``16``;
+            at least ``2 * modes + 1``).
+        period: the period :math:`L` of a periodic domain (a torus), one number or one per axis
+            (default ``None``: not periodic), checked by
+            :func:`~geoattn.nn.spectral.checked_period`; ``quadrature="tokens"`` only. The
+            input is then read on the torus (the grids of the patches at the seam read the
+            periodic interpolant across it), an RCB partition cuts the torus itself (its box
+            starting at the nodes' lowest coordinates, so the grids tile the torus, seam included),
+            and the residual spectral layer and Remark 21's smoothing (``final_modes``,
+            ``smoothing_eps``) act on the torus, as :class:`~geoattn.nn.SpectralSmoothing` with
+            ``period``.
         scores: how ViT-NO's attention scores integrate over a patch: ``"nodal"`` (default, the
             nodes' weights in each patch) or ``"p1"`` (2-D triangle meshes: the exact integrals of
             the piecewise-linear interpolants over each patch's region, with the consistent mass
