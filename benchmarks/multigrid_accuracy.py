@@ -10,7 +10,8 @@ the race configures it (:func:`darcy.race.multigrid_configuration`), wrapped in
 1e-4, gradient norm clipped at 1, batch 4) for ``--seconds`` of training time (measured, on one
 thread) with a one-cycle schedule in that time: the learning rate a function of the elapsed
 fraction of the budget (cosine up from 1/25 of its peak over the first 30 %, then cosine down to
-1e-4 of it), so a run on a loaded machine takes fewer steps, not a cut schedule. The variants
+1e-4 of it), so a run on a loaded machine takes fewer steps, not a cut schedule; or, with
+``--epochs``, for that many epochs, the same schedule over the steps. The variants
 differ in the training loss only:
 
 - ``nodes``: the weighted relative L2 error at the training mesh's nodes;
@@ -19,7 +20,9 @@ differ in the training loss only:
 - ``query``: the inputs at the training mesh's nodes, the output read at the refined mesh's
   nodes (``model(x, mesh, query=fine)``) and scored there against the targets' piecewise-linear
   interpolants: the :math:`L^2(D)` error of the model's function against the interpolant, the
-  inputs as the model sees them at test time.
+  inputs as the model sees them at test time;
+- ``fno``: neuralop's FNO through a grid, the race's peer (:func:`darcy.race.peer_configuration`),
+  on the nodes' loss, for a side-by-side on another ``--domain`` (and ``--family``).
 
 The model has the default 2 smoothing steps per level; ``VARIANT:1,2,2,2`` gives it those per level. Each run writes
 ``OUT/<variant>-s<seed>.json``; a rerun skips finished runs. The table: the error on every mesh,
@@ -43,14 +46,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from darcy.race import SCALES, multigrid_configuration, race_data
+from darcy.peers import GridFNO
+from darcy.race import SCALES, multigrid_configuration, peer_configuration, race_data
 from geoattn.data import refined_samples
 from geoattn.mesh import Mesh
 from geoattn.models import build_model
 from geoattn.train import NormalizedOperator, relative_l2
 from results_page import markdown_table
 
-MODES = ("nodes", "refined", "query")
+MODES = ("nodes", "refined", "query", "fno")
 
 
 def mesh_of(sample) -> Mesh:
@@ -71,15 +75,19 @@ def one_cycle(fraction: float, peak: float) -> float:
     return peak * 1e-4 + (peak - peak * 1e-4) * (1 + math.cos(math.pi * t)) / 2
 
 
-def train_one(mode: str, smoothing, seed: int, data: dict, scale, seconds: float) -> dict:
+def train_one(mode: str, smoothing, seed: int, data: dict, scale, seconds: float, epochs: int | None = None,
+              domain: str = "square") -> dict:
     """Train one variant; its errors on every test mesh and its timing."""
     train = data["train"]
     fine_samples = refined_samples(train) if mode in ("refined", "query") else None
     coarse, fine = mesh_of(train[0]), (mesh_of(fine_samples[0]) if fine_samples is not None else None)
     torch.manual_seed(seed)
-    kw = dict(multigrid_configuration(scale, "square"), width=scale.width, depth=scale.depth)
-    kw["smoothing"] = smoothing or 2
-    op = NormalizedOperator(build_model("multigrid", in_channels=1, out_channels=1, dim=2, **kw))
+    if mode == "fno":
+        op = NormalizedOperator(GridFNO(1, 1, **peer_configuration(scale, domain)))
+    else:
+        kw = dict(multigrid_configuration(scale, domain), width=scale.width, depth=scale.depth)
+        kw["smoothing"] = smoothing or 2
+        op = NormalizedOperator(build_model("multigrid", in_channels=1, out_channels=1, dim=2, **kw))
     fit = fine_samples if mode == "refined" else train
     op.x_normalizer.fit((d.x, d.weight) for d in fit)
     op.y_normalizer.fit((d.y, d.weight) for d in fit)
@@ -89,16 +97,17 @@ def train_one(mode: str, smoothing, seed: int, data: dict, scale, seconds: float
     gen = torch.Generator().manual_seed(seed)
     start, done, steps = time.perf_counter(), 0, 0
     op.train()
-    while time.perf_counter() - start < seconds:
+    total = None if epochs is None else epochs * (len(train) // b)
+    while (time.perf_counter() - start < seconds) if total is None else steps < total:
         order = torch.randperm(len(train), generator=gen).tolist()
         for k in range(0, len(order) - b + 1, b):
-            fraction = (time.perf_counter() - start) / seconds
+            fraction = (time.perf_counter() - start) / seconds if total is None else steps / total
             if fraction >= 1:
                 break
             for group in opt.param_groups:
                 group["lr"] = one_cycle(fraction, scale.lr)
             ids = order[k:k + b]
-            if mode == "nodes":
+            if mode in ("nodes", "fno"):
                 mesh = Mesh.batch([coarse] * b)
                 pred, y, at = op(stacked(train, ids, "x"), mesh), stacked(train, ids, "y"), mesh
             elif mode == "refined":
@@ -115,6 +124,10 @@ def train_one(mode: str, smoothing, seed: int, data: dict, scale, seconds: float
             steps += 1
         done += 1
     elapsed = time.perf_counter() - start
+
+    def result(errors: dict) -> dict:
+        return _record(mode, smoothing, seed, steps, len(train) // b, elapsed, errors)
+
     op.eval()
     errors = {}
     with torch.no_grad():
@@ -127,6 +140,8 @@ def train_one(mode: str, smoothing, seed: int, data: dict, scale, seconds: float
                 errs.append(relative_l2(op(stacked(samples, ids, "x"), mesh), stacked(samples, ids, "y"), mesh,
                                         reduction="none"))
             errors[name] = float(torch.cat(errs).mean())
+        if domain != "square":  # the diagnostics need the refined mesh to hold the training nodes first
+            return result(errors)
         # the refined mesh's targets from the training mesh's inputs (the model's function read at
         # the refined nodes): what is left of the refined mesh's error once the inputs are the same
         train_mesh, fine_mesh = mesh_of(data["test"]["train"][0]), mesh_of(data["test"]["refined"][0])
@@ -138,7 +153,10 @@ def train_one(mode: str, smoothing, seed: int, data: dict, scale, seconds: float
             errs.append(relative_l2(pred, stacked(data["test"]["refined"], ids, "y"), at, reduction="none"))
         errors["refined, train inputs"] = float(torch.cat(errs).mean())
         errors["refined targets at train nodes"] = target_gap(data, op, b)
-    per_epoch = len(train) // b
+    return result(errors)
+
+
+def _record(mode, smoothing, seed, steps, per_epoch, elapsed, errors) -> dict:
     return {"mode": mode, "smoothing": smoothing, "seed": seed, "epochs": steps / per_epoch, "seconds": elapsed,
             "seconds_per_epoch": elapsed * per_epoch / steps, "test": errors, "load": os.getloadavg()[0]}
 
@@ -193,7 +211,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--variants", nargs="+", default=["nodes", "refined", "query"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--seconds", type=float, default=120.0, help="training time per run (default 120)")
+    parser.add_argument("--epochs", type=int, default=None,
+                        help="train this many epochs instead, the schedule over the steps (equal epochs, not time)")
     parser.add_argument("--scale", default="race", choices=list(SCALES))
+    parser.add_argument("--domain", default="square", help="the race's domain (default square)")
+    parser.add_argument("--family", default="piecewise", help="the coefficient law (default piecewise)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -207,13 +229,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for seed in args.seeds:
             path = args.out / f"{variant.replace(':', '-').replace(',', '')}-s{seed}.json"
             if not path.exists():
-                data = data or race_data("piecewise", scale, 0, "square")
-                run = train_one(mode, smoothing, seed, data, scale, args.seconds)
+                data = data or race_data(args.family, scale, 0, args.domain)
+                run = train_one(mode, smoothing, seed, data, scale, args.seconds, args.epochs, args.domain)
                 path.write_text(json.dumps(run))
                 print(variant, seed, run["test"], f"{run['seconds']:.0f} s", file=sys.stderr)
             runs.append(json.loads(path.read_text()))
     print(table(runs))
-    if data is not None:
+    if data is not None and args.domain == "square":
         print(f"the refined mesh's targets against the training mesh's, at the training nodes: {target_gap(data):.4f}")
     return runs
 
