@@ -9,7 +9,7 @@ import torch
 
 from geoattn.data import DarcyDataset, MeshDataset, dataset_version, write_mesh_dataset
 from geoattn.data import meshdataset
-from geoattn.errors import ConfigError, DatasetFileError, FieldLengthError, MeshFileError
+from geoattn.errors import ConfigError, DatasetFileError, FieldLengthError, InputFilesError, MeshFileError
 from geoattn.eval.crossmesh import cross_mesh_report, split_report
 from geoattn.mesh import from_meshio
 from simulation_files import plate_with_hole, simulation
@@ -95,10 +95,12 @@ def test_a_bad_file_is_named_and_nothing_is_written(files, tmp_path):
     with pytest.raises(FieldLengthError, match=r"s3\.vtu.*'T'"):
         write_mesh_dataset(tmp_path / "d.h5", files, x=["kappa"], y=["T"],
                            splits={"train": list(range(5))}, progress=False)
-    files[2].write_bytes(b"not a mesh")
-    with pytest.raises(MeshFileError, match=r"s2\.vtu"):
+    files[2].write_bytes(b"not a mesh")  # two bad files: both named, in one error
+    with pytest.raises(InputFilesError, match=r"2 of 5 input files .*\(1\) cannot read mesh file \S*s2\.vtu.* "
+                                              r"\(2\) \S*s3\.vtu: point field 'T' not found") as raised:
         write_mesh_dataset(tmp_path / "d.h5", files, x=["kappa"], y=["T"],
                            splits={"train": list(range(5))}, progress=False)
+    assert [type(e) for e in raised.value.errors] == [MeshFileError, FieldLengthError]
     assert not list(tmp_path.glob("d.h5*")) and not list(tmp_path.glob(".d.h5*"))
 
 
