@@ -581,7 +581,8 @@ class PatchedOperator(EncoderOperator):
         device, dtype = pos.device, pos.dtype
         return TokenIndex(points.to(device, dtype), owner[stencil.index.cpu()].to(device),
                           stencil.coeff.to(device, dtype), (patch[:, None] * g ** d + index).to(device),
-                          coeff.to(device, dtype), exact)
+                          coeff.to(device, dtype), exact,
+                          None if exact is None else torch.arange(p, device=device))
 
     def _exact_input(self, cells: torch.Tensor | None, part: Partition) -> bool:
         """Whether the input's modes are integrated exactly on the pieces of the triangles
@@ -608,11 +609,14 @@ class PatchedOperator(EncoderOperator):
         grid, index = self.token_mesh(mesh.num_graphs, x.dtype, x.device)
         # the input's piecewise-linear interpolant at the grid points: the one mesh-dependent input step
         modes, zero = self.input_modes, self._input_zero
-        if tokens.exact is not None:  # exact on the interpolant over each patch's region: no aliasing
-            coeff = patch_coefficients(x, mesh.weight, tokens.exact.geometry, modes, zero, p1=tokens.exact)
-        else:  # the grid's midpoint rule on its samples
+        if tokens.exact_rows is None or len(tokens.exact_rows) < len(grid.geometry.counts):
+            # the grid's midpoint rule on the interpolant's samples (graphs without the exact structure)
             u = (x[tokens.sample_index] * tokens.sample_coeff.to(x.dtype).unsqueeze(-1)).sum(1)  # quadrature-ok: a stencil
             coeff = patch_coefficients(u, grid.weight, grid.geometry, modes, zero)
+        if tokens.exact is not None:  # exact on the interpolant over each patch's region: no aliasing
+            exact = patch_coefficients(x, mesh.weight, tokens.exact.geometry, modes, zero, p1=tokens.exact)
+            coeff = exact if tokens.exact_rows is None or len(tokens.exact_rows) == len(grid.geometry.counts) \
+                else coeff.index_copy(0, tokens.exact_rows, exact)
         # the input's truncated Fourier series on every grid: nothing finer than the modes
         f = self.inputs(patch_evaluate(coeff, grid.geometry, modes, zero), tokens.points.to(x.dtype))
         if self.spectral_lift:
@@ -676,6 +680,7 @@ class TokenIndex(NamedTuple):
     node_index: torch.Tensor
     node_coeff: torch.Tensor
     exact: P1PatchGeometry | None = None
+    exact_rows: torch.Tensor | None = None
 
 
 def _join_tokens(mesh: Mesh, parts: list[TokenIndex]) -> TokenIndex:
@@ -684,9 +689,20 @@ def _join_tokens(mesh: Mesh, parts: list[TokenIndex]) -> TokenIndex:
                       shifted_cat([t.sample_index for t in parts], mesh.layout.counts),
                       torch.cat([t.sample_coeff for t in parts]),
                       shifted_cat([t.node_index for t in parts], [len(t.points) for t in parts]),
-                      torch.cat([t.node_coeff for t in parts]),
-                      concat_p1_geometry([t.exact for t in parts], mesh.layout.counts)
-                      if all(t.exact is not None for t in parts) else None)
+                      torch.cat([t.node_coeff for t in parts]), *_join_exact(parts, mesh.layout.counts))
+
+
+def _join_exact(parts: list[TokenIndex], counts) -> tuple[P1PatchGeometry | None, torch.Tensor | None]:
+    """The exact input structure of the graphs of a batch that have one (their node indices
+    shifted to the batch's) and the rows ``[B' P]`` of their patches among the batch's."""
+    have = [g for g, t in enumerate(parts) if t.exact is not None]
+    if not have:
+        return None, None
+    offsets = [sum(counts[:g]) for g in range(len(parts))]
+    shifted = [parts[g].exact._replace(node=parts[g].exact.node + offsets[g]) for g in have]
+    p = len(parts[have[0]].exact_rows)
+    rows = torch.cat([parts[g].exact_rows + g * p for g in have])
+    return concat_p1_geometry(shifted, [0] * len(shifted)), rows
 
 
 def _node_centres(pos: torch.Tensor, weight: torch.Tensor, patch: torch.Tensor, num_patches: int) -> torch.Tensor:

@@ -223,3 +223,58 @@ def test_whole_numbers_of_other_types_are_accepted_and_too_many_modes_for_the_gr
         ViTNO(1, 1, modes=4, grid=8)
     with pytest.raises(ConfigError, match="grid"):
         ViTNO(1, 1, modes=0, grid=1)
+
+
+@pytest.mark.parametrize("cls", MODELS)
+@pytest.mark.parametrize("fitted", [False, True])
+@torch.no_grad()
+def test_a_batch_of_meshes_equals_each_mesh_alone(cls, fitted):
+    meshes = [_mesh(families.unit_square(n, "irregular", seed=n)) for n in (7, 9)] + [_torus(6)]
+    model = _model(cls, final_modes=2)
+    if fitted:
+        model.fit_mesh(meshes[0])
+    batch = Mesh.batch(meshes)
+    out = model(torch.cat([_smooth(m.pos) for m in meshes]), batch)
+    alone = torch.cat([model(_smooth(m.pos), m) for m in meshes])
+    assert torch.allclose(out, alone, atol=1e-12)
+
+
+@pytest.mark.parametrize("cls", MODELS)
+@torch.no_grad()
+def test_the_fitted_centres_are_saved_and_a_checkpoint_predicts_as_the_model(cls, coarse, tmp_path):
+    """The grids' centres are model state (a buffer of float64 bits, so dtype casts keep them):
+    a model rebuilt from its hparams and state dict, or loaded from a checkpoint, predicts the
+    same on another mesh, and cutting every mesh on its own instead is another operator."""
+    from geoattn.train import NormalizedOperator, load_operator
+    from geoattn.train.checkpoint import operator_payload, save_checkpoint
+
+    model = _model(cls)
+    model.fit_mesh(_mesh(coarse))
+    other = _mesh(families.unit_square(11, "graded"))
+    out = model(_smooth(other.pos), other)
+    model.float().double()
+    again = build_model(cls.model_name, **model.hparams).double()
+    again.load_state_dict(model.state_dict())
+    assert torch.equal(again(_smooth(other.pos), other), out)
+    save_checkpoint(tmp_path / "m.pt", operator_payload(NormalizedOperator(model)))
+    loaded = load_operator(tmp_path / "m.pt").model.double()
+    assert torch.equal(loaded(_smooth(other.pos), other), out)
+    loaded.set_partition(None)
+    assert not torch.allclose(loaded(_smooth(other.pos), other), out)
+
+
+@pytest.mark.parametrize("cls", MODELS)
+@torch.no_grad()
+def test_the_mesh_structure_is_built_once_per_mesh(cls, coarse, monkeypatch):
+    from geoattn.models import patched
+
+    built = []
+    real = patched.linear_interpolation
+    monkeypatch.setattr(patched, "linear_interpolation", lambda *a, **k: built.append(1) or real(*a, **k))
+    mesh = _mesh(coarse)
+    model = _model(cls)
+    model.fit_mesh(mesh)
+    first = model(_smooth(mesh.pos), mesh)
+    assert torch.equal(model(_smooth(mesh.pos), mesh), first) and len(built) == 1
+    model(torch.cat([_smooth(mesh.pos)] * 2), Mesh.batch([mesh, mesh]))  # the members' memos
+    assert len(built) == 1
