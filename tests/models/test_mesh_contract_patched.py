@@ -81,3 +81,15 @@ def test_no_graph_breaks_on_a_batch_of_three_meshes_after_warm_up(name, meshes):
     model(x, batch)  # builds the structure
     explained = torch._dynamo.explain(lambda: model(x, batch))()
     assert explained.graph_break_count == 0, [r.reason for r in explained.break_reasons]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_token_design_compiles_whole_on_a_batch_after_warm_up(name, meshes):
+    torch._dynamo.reset()
+    model = _model(name, quadrature="tokens", grid=4)
+    model.fit_mesh(meshes[0])
+    batch = Mesh.batch(meshes)
+    x = torch.cat([_x(m) for m in meshes])
+    model(x, batch)  # builds the structure
+    explained = torch._dynamo.explain(lambda: model(x, batch))()
+    assert explained.graph_break_count == 0, [r.reason for r in explained.break_reasons]
