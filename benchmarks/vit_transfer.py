@@ -46,6 +46,14 @@ coefficients of the training and fine meshes. ``P4p1s`` is ``P4p1`` with ``score
 attention scores are the exact integrals of the products of the piecewise-linear interpolants over
 each patch's region (its consistent mass matrix, :mod:`geoattn.nn.patch_mass`) instead of the
 quadrature over its nodes.
+
+The variants ``tok`` (ViT-NO), ``fano_tok`` (FANO; ``fano`` is FANO with ``quadrature="nodal"``),
+``tok16`` (16 patches), ``tokK4`` and ``fano_tokK4`` (modes 4) use ``quadrature="tokens"``: all
+work on the patches' fixed reference grids, the input entering through its patch Fourier
+coefficients (exact on its interpolant over each patch's region on these triangle meshes), the
+output the grid functions read at the nodes. ``default`` and ``fano_default`` are the
+constructors' defaults (the token design, 4 patches, modes 2, grid 16). Their ``coef@*`` and
+``dc*`` columns do not apply (``–``).
 """
 
 from __future__ import annotations
