@@ -156,11 +156,11 @@ class InputFilesError(MeshError):
     """Several input files cannot be read or used (unreadable, a missing field, an invalid mesh):
     the message lists every one with its reason, and :attr:`errors` holds their errors."""
 
-    def __init__(self, errors: list[BaseException], total: int, shown: int = 10):
+    def __init__(self, errors: list[BaseException], total: int, shown: int = 10, note: str = ""):
         self.errors = list(errors)
         reasons = [" ".join(str(err).split()) or type(err).__name__ for err in self.errors[:shown]]
         more = len(self.errors) - len(reasons)
-        super().__init__(f"{len(self.errors)} of {total} input files cannot be used; fix or remove each: "
+        super().__init__(f"{len(self.errors)} of {total} input files cannot be used{note}; fix or remove each: "
                          + " ".join(f"({i}) {r}" for i, r in enumerate(reasons, 1))
                          + (f" (and {more} more)" if more > 0 else ""))
 

@@ -159,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
                 except (MeshError, FileNotFoundError) as bad:
                     unreadable.append(bad)
             if unreadable:
-                raise InputFilesError([err, *unreadable], len(files)) from err
+                done = f" (the {k} before the first were predicted and written)" if k else ""
+                raise InputFilesError([err, *unreadable], len(files), note=done) from err
             raise
         print(f"wrote {output}: {', '.join(names)} on {len(mesh.points)} nodes")
     return 0
