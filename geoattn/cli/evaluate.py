@@ -3,10 +3,11 @@ on every named test set of a dataset file from ``geoattn import`` (one row per s
 
 A cross-mesh report compares the same samples on several meshes, sample ``i`` of each: meshes
 holding different numbers of samples are refused, and so are files generated with other samples
-(another seed, family or field: their recipes differ in more than their meshes). The sets of an imported dataset are reported side by side, with
-a table of the files, worst first; a set that holds the same samples as the first set (the same
-file names, in other folders: the same samples on other meshes) gets its ratio to it, the
-samples paired by name. ``--out`` writes the tables (``sets.csv``, ``files.csv`` or
+(another seed, family or field: their recipes differ in more than their meshes). The sets of an
+imported dataset are reported side by side, with a table of the files, worst first; a set that
+holds the same samples as the first set (the same file names, in other folders: the same samples
+on other meshes) gets its ratio to it, the samples paired by name. A model trained on meshes
+imported with ``--origin`` scores only a dataset imported with the same origin. ``--out`` writes the tables (``sets.csv``, ``files.csv`` or
 ``crossmesh.csv``) and the figure ``errors.png`` (the error of every file against its node count,
 or the mean error per mesh).
 """
