@@ -242,6 +242,8 @@ def write_mesh_dataset(path: str | Path, files: Sequence[str | Path], *, x: Sequ
             file without ``overwrite``; nothing is written.
         MeshError, MeshFileError, FieldLengthError: a bad input file, named in the message; the
             partial file is removed and nothing is written.
+        InputFilesError: several bad input files: after the first, the others are still read (and
+            nothing more written), and every bad one is named in the message.
         LockError: another process is writing ``path``.
         KeyboardInterrupt: the partial file is kept, and the same call resumes from it.
     """
@@ -296,8 +298,10 @@ def write_mesh_dataset(path: str | Path, files: Sequence[str | Path], *, x: Sequ
                             writer.write(int(index), data, values)
                             guard.check(f"write to {path}", advice)  # a full disk stops at this sample
                         bar.update()
+                    if len(bad) == 1:
+                        raise bad[0]
                     if bad:
-                        raise bad[0] if len(bad) == 1 else InputFilesError(bad, len(files)) from bad[0]
+                        raise InputFilesError(bad, len(files)) from bad[0]
                 fh.attrs["complete"] = True
         except (GeoattnError, OSError, ValueError):
             tmp.unlink(missing_ok=True)  # a bad input: nothing half-written remains
