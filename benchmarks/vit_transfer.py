@@ -48,7 +48,8 @@ each patch's region (its consistent mass matrix, :mod:`geoattn.nn.patch_mass`) i
 quadrature over its nodes.
 
 The variants ``tok`` (ViT-NO), ``fano_tok`` (FANO; ``fano`` is FANO with ``quadrature="nodal"``),
-``tok16`` (16 patches), ``tokK4`` and ``fano_tokK4`` (modes 4) use ``quadrature="tokens"``: all
+``tok16`` (16 patches), ``tokK4`` and ``fano_tokK4`` (modes 4), ``fano_tokG8`` and
+``fano_tokG6`` (grids of 8 and 6 points per axis) use ``quadrature="tokens"``: all
 work on the patches' fixed reference grids, the input entering through its patch Fourier
 coefficients (exact on its interpolant over each patch's region on these triangle meshes), the
 output the grid functions read at the nodes. ``default`` and ``fano_default`` are the
@@ -257,6 +258,8 @@ def main(argv=None):
                 "tok": dict(num_patches=4, modes=2, quadrature="tokens"),
                 "tokK4": dict(num_patches=4, modes=4, quadrature="tokens"),
                 "fano_tokK4": dict(model="fano", num_patches=4, modes=4, quadrature="tokens"),
+                "fano_tokG8": dict(model="fano", num_patches=4, modes=2, quadrature="tokens", grid=8),
+                "fano_tokG6": dict(model="fano", num_patches=4, modes=2, quadrature="tokens", grid=6),
                 "tok16": dict(num_patches=16, modes=2, quadrature="tokens"),
                 "default": dict(),
                 "fano": dict(model="fano", num_patches=4, modes=2, quadrature="nodal"),
