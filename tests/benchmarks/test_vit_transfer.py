@@ -2,10 +2,7 @@
 
 import math
 
-import pytest
 
-
-@pytest.mark.slow  # about 10 s alone, 23 s on the shared cores: two variants, two seeds, five meshes
 def test_vit_transfer_tabulates_every_column_over_seeds(load_script, tmp_path):
     """Two seeds of the exact-lift variant and of the token design: on the training mesh every
     column but ``vs fine`` (the error against the finer mesh's targets) is the training-mesh
