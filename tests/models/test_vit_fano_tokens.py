@@ -201,6 +201,13 @@ def test_every_whole_number_option_refuses_bools_non_finite_non_positive_and_fra
         cls(1, 1, **{option: value})
 
 
+@pytest.mark.parametrize("option", ["in_channels", "out_channels", "dim"])
+@pytest.mark.parametrize("value", [True, float("nan"), 0, 1.5])
+def test_the_channels_and_dimension_refuse_bools_non_finite_non_positive_and_fractions(option, value):
+    with pytest.raises(ConfigError, match=option):
+        ViTNO(**({"in_channels": 1, "out_channels": 1} | {option: value}))
+
+
 @pytest.mark.parametrize("option", ["modes", "final_modes"])
 @pytest.mark.parametrize("value", [True, float("nan"), -1, 1.5, (2, float("inf"))])
 def test_the_modes_refuse_bools_non_finite_negative_and_fractions(option, value):
