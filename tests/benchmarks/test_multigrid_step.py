@@ -26,3 +26,23 @@ def test_revision_loader_registers_nothing(script):
     before = dict(MODELS)
     old = script.multigrid_at("HEAD")
     assert MODELS == before and old is not MODELS["multigrid"] and old.__name__ == "MultigridOperator"
+
+
+def test_accuracy_script_schedule_and_tiny_run(load_script, tmp_path):
+    """``benchmarks/multigrid_accuracy.py``: the one-cycle rate by elapsed fraction (1/25 of the
+    peak at the start, the peak at 30 %, 1e-4 of it at the end, rising then falling), and a tiny
+    run of the three losses and FNO: one epoch each, finite errors on every mesh, the multigrid's
+    two diagnostics of the refined mesh (FNO, which answers on its input mesh only, without)."""
+    pytest.importorskip("neuralop")
+    acc = load_script("multigrid_accuracy")
+    rates = [acc.one_cycle(f, 1.0) for f in (0.0, 0.15, 0.3, 0.65, 1.0)]
+    assert rates[0] == pytest.approx(1 / 25) and rates[2] == pytest.approx(1.0) and rates[4] == pytest.approx(1e-4)
+    assert rates[0] < rates[1] < rates[2] > rates[3] > rates[4]
+    runs = acc.main(["--scale", "tiny", "--variants", "nodes", "query", "refined", "fno", "--seeds", "0",
+                     "--epochs", "1", "--out", str(tmp_path)])
+    assert [r["mode"] for r in runs] == ["nodes", "query", "refined", "fno"]
+    for r in runs:
+        assert r["epochs"] == 1 and all(0 < e < 10 for e in r["test"].values())
+    nodes = runs[0]["test"]
+    assert {"refined, train inputs", "refined targets at train nodes"} <= set(nodes)
+    assert "refined, train inputs" not in runs[3]["test"]  # FNO answers on its input mesh only
