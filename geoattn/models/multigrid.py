@@ -502,18 +502,27 @@ def prolong_to_nodes(grid: torch.Tensor, stencil: GridStencil) -> torch.Tensor:
 
 
 class SparseMap(NamedTuple):
-    r"""A constant linear map as a CSR ``matrix`` with its ``transpose`` (CSR too, for the
-    backward pass): :meth:`MultigridOperator.restriction_map` (``[B G, N]``, the rows of
-    :class:`Restriction` divided by their sums :math:`\int_D \phi_c`, zero rows where the domain
-    does not reach) and :meth:`MultigridOperator.prolongation_map` (``[N, B G]``, the values of
+    r"""A constant linear map of ``size`` rows, as a CSR ``matrix`` with its ``transpose`` (CSR
+    too, for the backward pass) and as its entries ``rows``, ``cols``, ``values`` (for compiled
+    graphs, which take no sparse tensors): :meth:`MultigridOperator.restriction_map`
+    (``[B G, N]``, the rows of :class:`Restriction` divided by their sums
+    :math:`\int_D \phi_c`, zero rows where the domain does not reach) and
+    :meth:`MultigridOperator.prolongation_map` (``[N, B G]``, the values of
     :func:`grid_stencil`). One sparse product each way replaces the gather and scatter of
     :func:`restrict` and :func:`prolong_to_nodes`, which dominate the transfers' time on a CPU."""
 
     matrix: torch.Tensor
     transpose: torch.Tensor
+    rows: torch.Tensor
+    cols: torch.Tensor
+    values: torch.Tensor
+    size: int
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """``matrix @ x`` with ``x [n, C]``, differentiable in ``x``."""
+        """``matrix @ x`` with ``x [n, C]``, differentiable in ``x`` (in a compiled graph a gather
+        and an ``index_add``, which the compiler fuses)."""
+        if torch.compiler.is_compiling():
+            return x.new_zeros(self.size, x.shape[1]).index_add_(0, self.rows, self.values[:, None].to(x) * x[self.cols])
         if self.matrix.dtype != x.dtype:
             return _SparseProduct.apply(self.matrix.to(x.dtype), self.transpose.to(x.dtype), x)
         return _SparseProduct.apply(self.matrix, self.transpose, x)
@@ -521,7 +530,10 @@ class SparseMap(NamedTuple):
 
 def sparse_map(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> SparseMap:
     """The :class:`SparseMap` of the entries ``(rows, cols, values)`` (summed where repeated)."""
-    return SparseMap(_csr(rows, cols, values, shape), _csr(cols, rows, values, shape[::-1]))
+    matrix = _csr(rows, cols, values, shape)  # coalesced: repeated entries summed
+    rows = torch.repeat_interleave(torch.arange(shape[0], device=rows.device), matrix.crow_indices().diff())
+    cols, values = matrix.col_indices(), matrix.values()
+    return SparseMap(matrix, _csr(cols, rows, values, shape[::-1]), rows, cols, values, shape[0])
 
 
 def _join_maps(parts: list[SparseMap], row_starts: Sequence[int], col_starts: Sequence[int],
@@ -529,7 +541,10 @@ def _join_maps(parts: list[SparseMap], row_starts: Sequence[int], col_starts: Se
     """The block-diagonal :class:`SparseMap` of a batch's members (block ``k`` at rows
     ``row_starts[k]``, columns ``col_starts[k]``)."""
     return SparseMap(_block_diagonal([p.matrix for p in parts], list(col_starts), shape[1]),
-                     _block_diagonal([p.transpose for p in parts], list(row_starts), shape[0]))
+                     _block_diagonal([p.transpose for p in parts], list(row_starts), shape[0]),
+                     torch.cat([p.rows + r for p, r in zip(parts, row_starts)]),
+                     torch.cat([p.cols + c for p, c in zip(parts, col_starts)]),
+                     torch.cat([p.values for p in parts]), shape[0])
 
 
 class _Smoother(nn.Sequential):
@@ -884,10 +899,9 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
             if query is not None:
                 self.check_inside(query)
         h = self.lift(self.inputs(x, mesh.pos))  # (N, C)
-        # sparse products where the transfers are constants (not while the coordinates carry
-        # gradients, not in a compiled graph, which fuses the gathers instead)
-        constant = not torch.compiler.is_compiling() and not (
-            torch.is_grad_enabled() and (mesh.pos.requires_grad or out.pos.requires_grad))
+        # the kept sparse maps where the transfers are constants (not while the coordinates carry
+        # gradients: the stencil's values depend on them)
+        constant = not (torch.is_grad_enabled() and (mesh.pos.requires_grad or out.pos.requires_grad))
         b = mesh.num_graphs
         if constant:
             mean = self.restriction_map(mesh)(h).reshape(b, *self.shape, -1).movedim(-1, 1)  # (B, C, *shape)
