@@ -240,10 +240,14 @@ def increments(samples: list) -> list:
 
 
 def check_run_settings(folder: Path, settings: dict) -> None:
-    """Keep ``settings`` in ``folder/run.json``; refuse to resume a run made with other settings."""
+    """Keep ``settings`` in ``folder/run.json``; refuse to resume a run made with other settings
+    (the list of models run beside it, ``settings["scale"]["models"]``, is not one)."""
     path = folder / "run.json"
     settings = json.loads(json.dumps(settings))
-    if path.exists() and json.loads(path.read_text()) != settings:
+    settings.get("scale", {}).pop("models", None)
+    stored = json.loads(path.read_text()) if path.exists() else settings
+    stored.get("scale", {}).pop("models", None)
+    if stored != settings:
         raise ConfigError(f"{folder} holds a run with other settings ({path}); give another --out, or delete it")
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(settings, indent=1))

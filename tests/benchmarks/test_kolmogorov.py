@@ -97,6 +97,8 @@ def test_runs_resume_and_record_the_test_error_of_every_epoch(script, tmp_path):
     again = script.main(argv)["models"]["tno"]
     assert again["curve"] == first["curve"] and again["train_seconds"] == first["train_seconds"]
     assert again["errors"] == first["errors"]
+    beside = script.main(argv[:4] + ["galerkin"] + argv[4:])["models"]  # another model beside it: tno resumed
+    assert beside["tno"]["curve"] == first["curve"] and set(beside) == {"tno", "galerkin"}
     with pytest.raises(script.ConfigError, match="other settings"):  # not resumed with other sizes
         script.main(argv[:-6] + ["--width", "12", "--out", str(tmp_path)])
 
