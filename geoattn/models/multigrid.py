@@ -33,7 +33,7 @@ from ..errors import ConfigError, MeshMismatchError
 from ..mesh.mesh import Mesh
 from ..mesh.validation import checked_number
 from ..nn.functional import num_graphs as count_graphs
-from ..nn.local_integral import _block_diagonal, _csr, _SparseProduct
+from ..nn.sparse import SparseProduct, block_diagonal, csr_matrix
 from .base import NeuralOperator
 from .encoder import CoordinateFeatures, PointwiseMLP
 
@@ -524,24 +524,24 @@ class SparseMap(NamedTuple):
         if torch.compiler.is_compiling():
             return x.new_zeros(self.size, x.shape[1]).index_add_(0, self.rows, self.values[:, None].to(x) * x[self.cols])
         if self.matrix.dtype != x.dtype:
-            return _SparseProduct.apply(self.matrix.to(x.dtype), self.transpose.to(x.dtype), x)
-        return _SparseProduct.apply(self.matrix, self.transpose, x)
+            return SparseProduct.apply(self.matrix.to(x.dtype), self.transpose.to(x.dtype), x)
+        return SparseProduct.apply(self.matrix, self.transpose, x)
 
 
 def sparse_map(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> SparseMap:
     """The :class:`SparseMap` of the entries ``(rows, cols, values)`` (summed where repeated)."""
-    matrix = _csr(rows, cols, values, shape)  # coalesced: repeated entries summed
+    matrix = csr_matrix(rows, cols, values, shape)  # coalesced: repeated entries summed
     rows = torch.repeat_interleave(torch.arange(shape[0], device=rows.device), matrix.crow_indices().diff())
     cols, values = matrix.col_indices(), matrix.values()
-    return SparseMap(matrix, _csr(cols, rows, values, shape[::-1]), rows, cols, values, shape[0])
+    return SparseMap(matrix, csr_matrix(cols, rows, values, shape[::-1]), rows, cols, values, shape[0])
 
 
 def _join_maps(parts: list[SparseMap], row_starts: Sequence[int], col_starts: Sequence[int],
                shape: tuple[int, int]) -> SparseMap:
     """The block-diagonal :class:`SparseMap` of a batch's members (block ``k`` at rows
     ``row_starts[k]``, columns ``col_starts[k]``)."""
-    return SparseMap(_block_diagonal([p.matrix for p in parts], list(col_starts), shape[1]),
-                     _block_diagonal([p.transpose for p in parts], list(row_starts), shape[0]),
+    return SparseMap(block_diagonal([p.matrix for p in parts], list(col_starts), shape[1]),
+                     block_diagonal([p.transpose for p in parts], list(row_starts), shape[0]),
                      torch.cat([p.rows + r for p, r in zip(parts, row_starts)]),
                      torch.cat([p.cols + c for p, c in zip(parts, col_starts)]),
                      torch.cat([p.values for p in parts]), shape[0])

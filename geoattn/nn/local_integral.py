@@ -40,7 +40,6 @@ built once per mesh and kept in its memo (for a batch, in each member's).
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 from torch import nn
@@ -48,6 +47,7 @@ from torch import nn
 from ..errors import ConfigError
 from ..mesh.mesh import Mesh
 from ..mesh.neighbors import radius_graph
+from .sparse import SparseProduct, block_diagonal, csr_matrix
 
 __all__ = ["LocalIntegral", "local_basis"]
 
@@ -73,49 +73,6 @@ def local_basis(offset: torch.Tensor, radius: float, rings: int = 2, angles: int
     sectors = [(1 - (torch.remainder(theta - a * step + math.pi, 2 * math.pi) - math.pi).abs() / step).clamp(min=0)
                for a in range(angles)]
     return torch.stack([radial[0]] + [r * s for r in radial[1:] for s in sectors], dim=-1)
-
-
-class _SparseProduct(torch.autograd.Function):
-    """``S @ x`` for a constant CSR matrix ``S``, with ``S^T`` given as CSR too: torch's own
-    backward through a CSR product transposes ``S`` at every call, many times the product's cost."""
-
-    @staticmethod
-    def forward(ctx, matrix, transpose, x):
-        ctx.transpose = transpose
-        return matrix @ x
-
-    @staticmethod
-    def backward(ctx, grad):
-        return None, None, ctx.transpose @ grad
-
-
-def _quiet_csr(build):
-    """``build()`` without torch's note that CSR support is in beta (the products used here are
-    tested)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        return build()
-
-
-def _csr(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
-    coo = torch.sparse_coo_tensor(torch.stack([rows, cols]), values, shape, check_invariants=False)
-    with torch.sparse.check_sparse_tensor_invariants(False):
-        return _quiet_csr(lambda: coo.coalesce().to_sparse_csr())
-
-
-def _block_diagonal(blocks: list[torch.Tensor], col_starts: list[int], cols: int) -> torch.Tensor:
-    """The CSR matrix with ``blocks`` down its diagonal (rows in order, block ``k`` from column
-    ``col_starts[k]``), ``cols`` columns in all."""
-    crow, col, shift = [], [], 0
-    for m, start in zip(blocks, col_starts):
-        crow.append(m.crow_indices()[:-1] + shift)
-        col.append(m.col_indices() + start)
-        shift += m.values().numel()
-    crow.append(crow[0].new_tensor([shift]))
-    values = torch.cat([m.values() for m in blocks])
-    shape = (sum(m.shape[0] for m in blocks), cols)
-    return _quiet_csr(lambda: torch.sparse_csr_tensor(torch.cat(crow), torch.cat(col), values, shape,
-                                                              check_invariants=False))
 
 
 class LocalIntegral(nn.Module):
@@ -172,7 +129,7 @@ class LocalIntegral(nn.Module):
         values = values / mass[rows].clamp(min=torch.finfo(values.dtype).tiny)  # rows without mass stay zero
         keep = values != 0
         rows, cols, values = rows[keep], j[:, None].expand_as(keep)[keep], values[keep].to(pos.dtype)
-        return _csr(rows, cols, values, (n * self.num_basis, n)), _csr(cols, rows, values, (n, n * self.num_basis))
+        return csr_matrix(rows, cols, values, (n * self.num_basis, n)), csr_matrix(cols, rows, values, (n, n * self.num_basis))
 
     def batch_matrix(self, pos: torch.Tensor, weight: torch.Tensor,
                      batch: torch.Tensor | None = None, *, mesh: Mesh | None = None
@@ -194,8 +151,8 @@ class LocalIntegral(nn.Module):
     def _join(self, mesh: Mesh, parts: list) -> tuple[torch.Tensor, torch.Tensor]:
         """The block-diagonal matrices of a batch from its members'."""
         starts = list(mesh.layout.offsets)
-        return (_block_diagonal([m for m, _ in parts], starts, mesh.num_nodes),
-                _block_diagonal([t for _, t in parts], [k * self.num_basis for k in starts],
+        return (block_diagonal([m for m, _ in parts], starts, mesh.num_nodes),
+                block_diagonal([t for _, t in parts], [k * self.num_basis for k in starts],
                                 mesh.num_nodes * self.num_basis))
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weight: torch.Tensor,
@@ -205,7 +162,7 @@ class LocalIntegral(nn.Module):
                              f"got {tuple(pos.shape)} and {tuple(weight.shape)}")
         if mesh is not None and mesh.num_nodes != x.shape[0]:
             raise ValueError(f"mesh has {mesh.num_nodes} nodes, x has {x.shape[0]}")
-        means = _SparseProduct.apply(*self.batch_matrix(pos, weight, batch, mesh=mesh), x)  # (N * B, C_in)
+        means = SparseProduct.apply(*self.batch_matrix(pos, weight, batch, mesh=mesh), x)  # (N * B, C_in)
         return self.mix(means.reshape(len(x), self.num_basis * self.in_channels))
 
     def extra_repr(self) -> str:
