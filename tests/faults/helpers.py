@@ -2,8 +2,12 @@
 left byte-for-byte as it was."""
 
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from geoattn.cli.main import main
@@ -39,3 +43,21 @@ def assert_same_samples(a: Path, b: Path) -> None:
     for i in range(len(da)):
         for key in ("x", "y", "pos", "weight", "cells"):
             assert torch.equal(da[i][key], db[i][key]), (i, key)
+
+
+NEEDS_UNSHARE = pytest.mark.skipif(shutil.which("unshare") is None or not sys.platform.startswith("linux"),
+                                   reason="needs unshare (Linux)")
+
+
+def on_tiny_disk(disk: Path, size: str, script: str, env: dict | None = None,
+                 timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run the shell ``script`` where ``disk`` is a fresh tmpfs of ``size`` (``"12k"``), in a
+    private mount namespace (a real full disk, no privileges needed); skip the test where this
+    machine allows no unprivileged mount namespace. Use with :data:`NEEDS_UNSHARE`."""
+    disk.mkdir(exist_ok=True)
+    mount = f"mount -t tmpfs -o size={size} tmpfs {disk}"
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", mount], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no unprivileged mount namespace here: {probe.stderr.strip()}")
+    return subprocess.run(["unshare", "-rm", "sh", "-c", f"{mount} && {script}"], capture_output=True, text=True,
+                          env=env, timeout=timeout)

@@ -8,7 +8,6 @@ import errno
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import geoattn.mesh
 from geoattn.cli.main import main
 from geoattn.errors import OutputError
 
-from .helpers import refused
+from .helpers import NEEDS_UNSHARE, on_tiny_disk, refused
 
 ROOT = Path(__file__).resolve().parents[2]
 MESH = ROOT / "meshes" / "square_irregular.vtu"
@@ -87,8 +86,7 @@ def test_a_short_write_is_named_a_full_disk(run, tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("unshare") is None or not sys.platform.startswith("linux"),
-                    reason="needs unshare (Linux)")
+@NEEDS_UNSHARE
 @pytest.mark.parametrize("command, name, message", [
     (["predict", "--checkpoint", "{d}/run/last.pt", "--mesh", "{d}/s0.vtu", "-o", "{disk}/p.vtu"], "p.vtu",
      r"cannot write \S*p.vtu: No space left on device"),
@@ -105,16 +103,10 @@ def test_a_real_full_disk(run, tmp_path, command, name, message):
     """On a real 12 kB file system (a tmpfs in a private mount namespace): one line, status 2, no
     crash, no traceback, and no file under the failed output's name."""
     disk = tmp_path / "disk"
-    disk.mkdir()
-    probe = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=12k tmpfs {disk}"],
-                           capture_output=True, text=True)
-    if probe.returncode != 0:
-        pytest.skip(f"no unprivileged mount namespace here: {probe.stderr.strip()}")
     code = "import sys; from geoattn.cli.main import main; print('rc=%d' % main(sys.argv[1:]))"
     args = " ".join(a.format(d=run, disk=disk) for a in command)
-    script = f"mount -t tmpfs -o size=12k tmpfs {disk} && {sys.executable} -c \"{code}\" {args}; ls -AR {disk}"
-    result = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=300,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1"))
+    result = on_tiny_disk(disk, "12k", f"{sys.executable} -c \"{code}\" {args}; ls -AR {disk}",
+                          env=dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1"))
     text = result.stdout + result.stderr
     assert "Segmentation" not in text and "Traceback" not in text, text
     errors = [line for line in text.splitlines() if "error" in line]

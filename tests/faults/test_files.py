@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import stat
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -30,7 +29,7 @@ from geoattn.errors import CheckpointError, DatasetFileError
 from geoattn.train import load_ensemble, load_operator, save_checkpoint
 from geoattn.train.checkpoint import VERSION, load_checkpoint
 
-from .helpers import assert_same_samples, refused, snapshot
+from .helpers import NEEDS_UNSHARE, assert_same_samples, on_tiny_disk, refused, snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 MESH = ROOT / "meshes" / "square_irregular.vtu"
@@ -313,27 +312,18 @@ print("read", len(DarcyDataset(sys.argv[sys.argv.index("--out") + 1])))
 """
 
 
-@pytest.mark.skipif(shutil.which("unshare") is None or not sys.platform.startswith("linux"),
-                    reason="needs unshare (Linux)")
+@NEEDS_UNSHARE
 def test_a_real_full_disk(tmp_path):
     """On a real 4 MB file system that another process fills right after the file is created
     (a tmpfs in a private mount namespace): one line, exit code 2, no crash (HDF5 left to itself
     segfaults here); with room again the same command resumes and the file reads."""
     disk = tmp_path / "disk"
-    disk.mkdir()
-    probe = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=4m tmpfs {disk}"],
-                           capture_output=True, text=True)
-    if probe.returncode != 0:
-        pytest.skip(f"no unprivileged mount namespace here: {probe.stderr.strip()}")
     (tmp_path / "fill.py").write_text(FILL_AFTER_CREATE)
     (tmp_path / "resume.py").write_text(RESUME)
     py, out = sys.executable, disk / "d.h5"
     args = f"generate darcy --mesh train={MESH} --n 10 --modes 4 --out {out} --no-progress"
-    script = (f"mount -t tmpfs -o size=4m tmpfs {disk} && {py} {tmp_path / 'fill.py'} {args} && "
-              f"rm {disk / 'filler'} && {py} {tmp_path / 'resume.py'} {args}")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    result = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, env=env,
-                            timeout=300)
+    script = f"{py} {tmp_path / 'fill.py'} {args} && rm {disk / 'filler'} && {py} {tmp_path / 'resume.py'} {args}"
+    result = on_tiny_disk(disk, "4m", script, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     lines = [line for line in (result.stdout + result.stderr).splitlines() if not line.startswith("INFO")]
     text = "\n".join(lines)
     assert result.returncode == 0 and "Segmentation" not in text and "Traceback" not in text, text

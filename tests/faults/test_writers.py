@@ -8,8 +8,6 @@ import errno
 import io
 import os
 import re
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,7 +19,7 @@ from geoattn import atomic
 from geoattn.cli.main import main
 from geoattn.data import meshdataset
 
-from .helpers import refused
+from .helpers import NEEDS_UNSHARE, on_tiny_disk, refused
 
 ROOT = Path(__file__).resolve().parents[2]
 GUARDED = pytest.mark.skipif(not hasattr(meshdataset, "guarded_h5"),
@@ -74,25 +72,17 @@ def test_a_full_disk_stops_import_with_one_line_and_nothing_partial(tmp_path, mo
 
 
 @GUARDED
-@pytest.mark.skipif(shutil.which("unshare") is None or not sys.platform.startswith("linux"),
-                    reason="needs unshare (Linux)")
+@NEEDS_UNSHARE
 def test_a_real_full_disk_during_import(tmp_path):
     """On a real 64 kB file system (a tmpfs in a private mount namespace) too small for the
     dataset: one line, exit code 2, no crash (HDF5 left to itself segfaults), no file left."""
     disk = tmp_path / "disk"
-    disk.mkdir()
-    probe = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=64k tmpfs {disk}"],
-                           capture_output=True, text=True)
-    if probe.returncode != 0:
-        pytest.skip(f"no unprivileged mount namespace here: {probe.stderr.strip()}")
     src = _runs(tmp_path / "src", 40)
     out = disk / "d.h5"
     code = f"import sys; from geoattn.cli.main import main; print('rc=%d' % main(sys.argv[1:]))"
     args = " ".join(_import(src, out))
-    script = (f"mount -t tmpfs -o size=64k tmpfs {disk} && {sys.executable} -c \"{code}\" {args}; "
-              f"ls -A {disk}")
-    result = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=300)
+    result = on_tiny_disk(disk, "64k", f"{sys.executable} -c \"{code}\" {args}; ls -A {disk}",
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
     text = result.stdout + result.stderr
     assert "Segmentation" not in text and "Traceback" not in text, text
     errors = [line for line in text.splitlines() if "error" in line]
