@@ -21,6 +21,11 @@ differ in the training loss only:
   nodes (``model(x, mesh, query=fine)``) and scored there against the targets' piecewise-linear
   interpolants: the :math:`L^2(D)` error of the model's function against the interpolant, the
   inputs as the model sees them at test time;
+- ``hybrid@LAMBDA`` (e.g. ``hybrid@0.25``): one query call as in ``query``, its output split (the
+  refined mesh holds the training mesh's nodes first) into the training nodes, scored against the
+  training targets with the training mesh's weights (the ``nodes`` loss), and the refined mesh's
+  other nodes (the between-node term), scored against the targets' interpolants there with the
+  refined mesh's weights of those nodes: the loss is the first plus ``LAMBDA`` times the second;
 - ``fno``: neuralop's FNO through a grid, the race's peer (:func:`darcy.race.peer_configuration`),
   on the nodes' loss, for a side-by-side on another ``--domain`` (and ``--family``).
 
@@ -54,7 +59,7 @@ from geoattn.models import build_model
 from geoattn.train import NormalizedOperator, relative_l2
 from results_page import markdown_table
 
-MODES = ("nodes", "refined", "query", "fno")
+MODES = ("nodes", "refined", "query", "hybrid", "fno")
 
 
 def mesh_of(sample) -> Mesh:
@@ -75,11 +80,33 @@ def one_cycle(fraction: float, peak: float) -> float:
     return peak * 1e-4 + (peak - peak * 1e-4) * (1 + math.cos(math.pi * t)) / 2
 
 
+def hybrid_split(coarse: Mesh, fine: Mesh, b: int) -> tuple[torch.Tensor, torch.Tensor, Mesh]:
+    """The rows of a query output on ``b`` copies of ``fine`` that are the training mesh's nodes
+    (each copy's first ``coarse.num_nodes``), the rows of the other nodes, and the batch mesh of
+    those other nodes (the refined mesh's weights there, no cells)."""
+    n1, nf = coarse.num_nodes, fine.num_nodes
+    if nf <= n1 or not torch.equal(fine.pos[:n1], coarse.pos):
+        raise ValueError("the refined mesh must hold the training mesh's nodes first")
+    at_train = torch.cat([torch.arange(g * nf, g * nf + n1) for g in range(b)])
+    at_other = torch.cat([torch.arange(g * nf + n1, (g + 1) * nf) for g in range(b)])
+    other = Mesh(fine.pos[n1:], fine.weight[n1:])
+    return at_train, at_other, Mesh.batch([other] * b)
+
+
+def hybrid_loss(pred: torch.Tensor, y_fine: torch.Tensor, split, coarse_batch: Mesh, lam: float) -> torch.Tensor:
+    """The nodal loss on the training nodes plus ``lam`` times the loss on the refined mesh's
+    other nodes, both from one query output ``pred`` on the refined meshes."""
+    at_train, at_other, other = split
+    return (relative_l2(pred[at_train], y_fine[at_train], coarse_batch)
+            + lam * relative_l2(pred[at_other], y_fine[at_other], other))
+
+
 def train_one(mode: str, smoothing, seed: int, data: dict, scale, seconds: float, epochs: int | None = None,
-              domain: str = "square") -> dict:
-    """Train one variant; its errors on every test mesh and its timing."""
+              domain: str = "square", lam: float | None = None) -> dict:
+    """Train one variant; its errors on every test mesh and its timing (``lam``: the hybrid's
+    weight of the between-node term)."""
     train = data["train"]
-    fine_samples = refined_samples(train) if mode in ("refined", "query") else None
+    fine_samples = refined_samples(train) if mode in ("refined", "query", "hybrid") else None
     coarse, fine = mesh_of(train[0]), (mesh_of(fine_samples[0]) if fine_samples is not None else None)
     torch.manual_seed(seed)
     if mode == "fno":
@@ -93,6 +120,7 @@ def train_one(mode: str, smoothing, seed: int, data: dict, scale, seconds: float
     op.y_normalizer.fit((d.y, d.weight) for d in fit)
     op.fit_mesh(fine if mode == "refined" else coarse)
     b = scale.batch_size
+    split = hybrid_split(coarse, fine, b) if mode == "hybrid" else None
     opt = torch.optim.AdamW(op.parameters(), lr=scale.lr / 25, weight_decay=scale.weight_decay)
     gen = torch.Generator().manual_seed(seed)
     start, done, steps = time.perf_counter(), 0, 0
@@ -116,7 +144,10 @@ def train_one(mode: str, smoothing, seed: int, data: dict, scale, seconds: float
             else:
                 mesh, at = Mesh.batch([coarse] * b), Mesh.batch([fine] * b)
                 pred, y = op(stacked(train, ids, "x"), mesh, query=at), stacked(fine_samples, ids, "y")
-            loss = relative_l2(pred, y, at)
+            if mode == "hybrid":
+                loss = hybrid_loss(pred, y, split, mesh, lam)
+            else:
+                loss = relative_l2(pred, y, at)
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(op.parameters(), 1.0)
@@ -126,7 +157,7 @@ def train_one(mode: str, smoothing, seed: int, data: dict, scale, seconds: float
     elapsed = time.perf_counter() - start
 
     def result(errors: dict) -> dict:
-        return _record(mode, smoothing, seed, steps, len(train) // b, elapsed, errors)
+        return _record(mode, smoothing, seed, steps, len(train) // b, elapsed, errors, lam)
 
     op.eval()
     errors = {}
@@ -156,8 +187,8 @@ def train_one(mode: str, smoothing, seed: int, data: dict, scale, seconds: float
     return result(errors)
 
 
-def _record(mode, smoothing, seed, steps, per_epoch, elapsed, errors) -> dict:
-    return {"mode": mode, "smoothing": smoothing, "seed": seed, "epochs": steps / per_epoch, "seconds": elapsed,
+def _record(mode, smoothing, seed, steps, per_epoch, elapsed, errors, lam=None) -> dict:
+    return {"mode": mode, "smoothing": smoothing, "lambda": lam, "seed": seed, "epochs": steps / per_epoch, "seconds": elapsed,
             "seconds_per_epoch": elapsed * per_epoch / steps, "test": errors, "load": os.getloadavg()[0]}
 
 
@@ -178,18 +209,23 @@ def target_gap(data: dict, op=None, b: int = 4) -> float:
     return float(torch.cat(errs).mean())
 
 
-def parse(variant: str) -> tuple[str, tuple[int, ...] | None]:
-    mode, _, steps = variant.partition(":")
+def parse(variant: str) -> tuple[str, tuple[int, ...] | None, float | None]:
+    """``MODE[@LAMBDA][:S1,S2,...]`` into the mode, the smoothing steps per level and the
+    hybrid's weight (required for ``hybrid``, refused for the others)."""
+    head, _, steps = variant.partition(":")
+    mode, at, lam = head.partition("@")
     if mode not in MODES:
         raise ValueError(f"variant {variant!r}: the mode must be one of {MODES}")
-    return mode, tuple(int(k) for k in steps.split(",")) if steps else None
+    if (mode == "hybrid") != bool(at):
+        raise ValueError(f"variant {variant!r}: hybrid takes its weight as hybrid@LAMBDA, the others none")
+    return mode, tuple(int(k) for k in steps.split(",")) if steps else None, float(lam) if at else None
 
 
 def table(runs: list[dict]) -> str:
     meshes = list(runs[0]["test"])
     groups: dict[str, list[dict]] = {}
     for r in runs:
-        name = r["mode"] + (f", smoothing={tuple(r['smoothing'])}" if r["smoothing"] else "")
+        name = r["mode"] + (f", λ={r['lambda']:g}" if r.get("lambda") is not None else "") + (f", smoothing={tuple(r['smoothing'])}" if r["smoothing"] else "")
         groups.setdefault(name, []).append(r)
     diagnostics = ["refined, train inputs", "refined targets at train nodes"]
     meshes = [m for m in meshes if m not in diagnostics]
@@ -225,12 +261,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     data = None
     runs = []
     for variant in args.variants:
-        mode, smoothing = parse(variant)
+        mode, smoothing, lam = parse(variant)
         for seed in args.seeds:
-            path = args.out / f"{variant.replace(':', '-').replace(',', '')}-s{seed}.json"
+            path = args.out / f"{variant.replace(':', '-').replace(',', '').replace('@', '')}-s{seed}.json"
             if not path.exists():
                 data = data or race_data(args.family, scale, 0, args.domain)
-                run = train_one(mode, smoothing, seed, data, scale, args.seconds, args.epochs, args.domain)
+                run = train_one(mode, smoothing, seed, data, scale, args.seconds, args.epochs, args.domain, lam)
                 path.write_text(json.dumps(run))
                 print(variant, seed, run["test"], f"{run['seconds']:.0f} s", file=sys.stderr)
             runs.append(json.loads(path.read_text()))
