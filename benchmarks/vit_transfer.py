@@ -55,6 +55,15 @@ coefficients (exact on its interpolant over each patch's region on these triangl
 output the grid functions read at the nodes. ``default`` and ``fano_default`` are the
 constructors' defaults (the token design, 4 patches, modes 2, grid 16). Their ``coef@*`` and
 ``dc*`` columns do not apply (``–``).
+``tok_blend`` and ``fano_blend`` are ``tok`` and ``fano_tok`` with ``readout="blend"`` (the
+output read from every patch grid whose window holds the node, blended by a partition of unity,
+in place of the own patch's grid only).
+
+``--split D`` also prints, per variant and seed, the weighted RMS pointwise error over the test
+samples on four classes of the refined mesh's nodes: the training mesh's nodes (``old``) and the
+nodes refinement added (``new``), each within ``D`` of a node of another patch (``seam``) or not
+(``in``), and the two classes of the training mesh (``train_seam``, ``train_in``): where the
+error that the refinement adds lies.
 """
 
 from __future__ import annotations
@@ -219,6 +228,36 @@ def evaluate(op, test: dict, meshes: dict, reference: list | None = None) -> dic
     return out
 
 
+def node_split(op, test: dict, meshes: dict, seam: float) -> dict:
+    """Where the refined mesh's error lies: the weighted RMS error of the nodes of the training
+    mesh (``old``) and of the nodes refinement added (``new``), each split into nodes within
+    ``seam`` of a node of another patch (``seam``) and the rest (``in``), over the test samples;
+    also the same classes on the training mesh (``train_seam``, ``train_in``)."""
+    from scipy.spatial import cKDTree
+    model = op.model
+    out = {}
+    for name in ("train", "refined"):
+        em, tm = meshes[name], meshes["train"]
+        pos = em.pos.double().numpy()
+        old = cKDTree(tm.pos.double().numpy()).query(pos)[0] < 1e-9
+        patch = model.partitions(em)[0].transfer(em.pos).cpu().numpy()
+        near = np.zeros(len(pos), bool)
+        for p in np.unique(patch):
+            other = pos[patch != p]
+            near[patch == p] = cKDTree(other).query(pos[patch == p])[0] < seam
+        err, w = [], em.weight.double().numpy()
+        with torch.no_grad():
+            for d in test[name]:
+                err.append(((op(d.x, em) - d.y).double() ** 2).sum(1).numpy())
+        err = np.mean(err, 0)
+        classes = {"train": {"seam": near, "in": ~near}, "refined": {
+            "old seam": old & near, "old in": old & ~near, "new seam": ~old & near, "new in": ~old & ~near}}[name]
+        for key, mask in classes.items():
+            out[(f"train_{key}" if name == "train" else key)] = (
+                float(np.sqrt((w[mask] * err[mask]).sum() / w[mask].sum())), int(mask.sum()))
+    return out
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mesh-n", type=int, default=16)
@@ -234,6 +273,9 @@ def main(argv=None):
                              "fano_tok fano_default (p1: the lift's patch coefficients exact on the P1 interpolant, "
                              "quadrature='p1'; s: the attention scores too, scores='p1'; tok: quadrature='tokens'; "
                              "default: the constructor's defaults)")
+    parser.add_argument("--split", type=float, default=None,
+                        help="also print node_split (old/new nodes of the refined mesh, near/away from the "
+                             "patch seams within this distance) per variant and seed")
     add_docs_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -264,7 +306,9 @@ def main(argv=None):
                 "default": dict(),
                 "fano": dict(model="fano", num_patches=4, modes=2, quadrature="nodal"),
                 "fano_tok": dict(model="fano", num_patches=4, modes=2, quadrature="tokens"),
-                "fano_default": dict(model="fano")}
+                "fano_default": dict(model="fano"),
+                "tok_blend": dict(num_patches=4, modes=2, quadrature="tokens", readout="blend"),
+                "fano_blend": dict(model="fano", num_patches=4, modes=2, quadrature="tokens", readout="blend")}
     chosen = ["base"] if args.quick else (args.variants or list(variants))
     rows = []
     for name in chosen:
@@ -284,6 +328,9 @@ def main(argv=None):
             Trainer(op, epochs=args.epochs, batch_size=4, lr=3e-3, progress=False).fit(train)
             op.eval()
             runs.append(evaluate(op, test, meshes, fine))
+            if args.split is not None:
+                print(f"{name} seed {seed} split (weighted RMS error, nodes): " + ", ".join(
+                    f"{k} {v[0]:.4f} ({v[1]})" for k, v in node_split(op, test, meshes, args.split).items()))
             print(f"{name} seed {seed}: trained and scored {time.time() - t:.0f}s, train-mesh error "
                   f"{runs[-1]['train']['abs']:.4f}, direct ratios " + ", ".join(
                       f"{mesh} {r['direct']:.3f}" for mesh, r in runs[-1].items() if mesh != "train"), flush=True)

@@ -218,7 +218,7 @@ class PatchedOperator(EncoderOperator):
                  modes: int = 2, partition_method: str = "rcb", final_modes: int | None = None,
                  decoder: str = "pointwise", smoothing_eps: float | None = None,
                  coordinate_features: dict | None = None, quadrature: str | None = None, scores: str = "nodal",
-                 grid: int = 16, period: float | tuple[float, ...] | None = None):
+                 grid: int = 16, period: float | tuple[float, ...] | None = None, readout: str = "patch"):
         super().__init__()
         whole = lambda name, value: checked_number(name, value, integer=True)  # noqa: E731
         in_channels, out_channels, dim = whole("in_channels", in_channels), whole("out_channels", out_channels), \
@@ -248,7 +248,11 @@ class PatchedOperator(EncoderOperator):
             if 2 * top + 1 > grid:
                 raise ConfigError(f"modes={modes} needs 2 * modes + 1 = {2 * top + 1} points per axis of the patches' "
                                   f"reference grid, grid={grid} has fewer: give grid >= {2 * top + 1} or fewer modes")
-        elif self.period is not None:
+        if readout not in ("patch", "blend"):
+            raise ConfigError(f"readout must be 'patch' or 'blend', got {readout!r}")
+        if readout != "patch" and quadrature != "tokens":
+            raise ConfigError(f"readout={readout!r} reads the patches' grids at the nodes: it needs quadrature='tokens'")
+        if quadrature != "tokens" and self.period is not None:
             raise ConfigError(f"period={period!r} needs quadrature='tokens' (the periodic patch grids); the nodal "
                               f"and P1 designs read patches across the seams without the period: give "
                               f"quadrature='tokens' (the default)")
@@ -260,7 +264,7 @@ class PatchedOperator(EncoderOperator):
             raise ConfigError(f"quadrature='p1' applies to the patch lift of ViT-NO; {type(self).__name__} has none")
         if quadrature == "p1" and dim != 2:
             raise ConfigError(f"quadrature='p1' integrates over triangles: dim must be 2, got {dim}")
-        self.quadrature, self.scores, self.grid = quadrature, scores, grid
+        self.quadrature, self.scores, self.grid, self.readout = quadrature, scores, grid, readout
         self.register_buffer("input_modes", fourier_modes(modes, dim), persistent=False)
         self._input_zero = _zero_index(self.input_modes)
         if partition_method not in ("rcb", "metis"):
@@ -546,7 +550,7 @@ class PatchedOperator(EncoderOperator):
     def token_index(self, mesh: Mesh) -> TokenIndex:
         """The :class:`TokenIndex` of ``mesh`` (``quadrature="tokens"``): built per graph and kept
         in the memo of every graph's mesh, joined once per batch."""
-        key = ("patch_tokens",) + self._partition_key() + (self.grid, self.period)
+        key = ("patch_tokens",) + self._partition_key() + (self.grid, self.period, self.readout)
         return mesh.structure(key, lambda m: self._graph_tokens(m, self.partitions(m)[0]), join=_join_tokens)
 
     @torch.compiler.disable  # host work (point location): run eagerly, once per mesh
@@ -574,15 +578,56 @@ class PatchedOperator(EncoderOperator):
             period = torch.tensor(self.period, dtype=torch.float64)
             source, owner = _periodic_images(node, period, reach=length)
         stencil = linear_interpolation(source, points)
-        delta = node - centre[patch]
-        if self.period is not None:  # the nearest image of a node about its patch's centre
-            delta = delta - period * torch.round(delta / period)
-        index, coeff = grid_stencil(delta / length, g)
+        index, coeff = self.node_reading(node, centre, length, patch)
         device, dtype = pos.device, pos.dtype
         return TokenIndex(points.to(device, dtype), owner[stencil.index.cpu()].to(device),
-                          stencil.coeff.to(device, dtype), (patch[:, None] * g ** d + index).to(device),
+                          stencil.coeff.to(device, dtype), index.to(device),
                           coeff.to(device, dtype), exact,
                           None if exact is None else torch.arange(p, device=device))
+
+    def node_reading(self, node: torch.Tensor, centre: torch.Tensor, length: float,
+                     patch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """How the points ``node [N, d]`` (float64, CPU) of the patches ``patch [N]`` read the grids
+        about ``centre [P, d]`` of side ``length``: indices into the grids' points ``[P G^d]`` and
+        non-negative coefficients summing to one, ``[N, 2^d]`` (``readout="patch"``: the own
+        patch's grid, multilinear) or ``[N, P 2^d]`` (``"blend"``)."""
+        g, d = self.grid, node.shape[1]
+        delta = node - centre[patch]
+        if self.period is not None:  # the nearest image of a node about its patch's centre
+            period = torch.tensor(self.period, dtype=torch.float64)
+            delta = delta - period * torch.round(delta / period)
+        index, coeff = grid_stencil(delta / length, g)
+        index = patch[:, None] * g ** d + index
+        if self.readout == "blend":
+            index, coeff = self._blended_reading(node, centre, length, patch, index, coeff)
+        return index, coeff
+
+    def _blended_reading(self, node: torch.Tensor, centre: torch.Tensor, length: float, patch: torch.Tensor,
+                         index: torch.Tensor, coeff: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        r"""``readout="blend"``: every node reads the grids of all the patches whose windows hold it,
+        weighted by the partition of unity :math:`\phi_q(x) / \sum_r \phi_r(x)`,
+        :math:`\phi_q(x) = \prod_k \max(0, 1/2 - |\xi_k|)` with :math:`\xi = (x - c_q)/L` (the
+        nearest image with a period), so that the output is continuous across the patch seams
+        where windows overlap; a node in no window reads its own patch's grid (``index``,
+        ``coeff``). Stencils ``[N, P 2^d]``, zero coefficients for the patches that do not hold
+        the node."""
+        g, d, p, n = self.grid, node.shape[1], len(centre), len(node)
+        delta = node[:, None, :] - centre[None]  # (N, P, d)
+        if self.period is not None:
+            period = torch.tensor(self.period, dtype=torch.float64)
+            delta = delta - period * torch.round(delta / period)
+        xi = delta / length
+        phi = (0.5 - xi.abs()).clamp(min=0.0).prod(-1)  # (N, P)
+        total = phi.sum(1, keepdim=True)
+        idx, c = grid_stencil(xi.reshape(-1, d), g)  # (N P, 2^d)
+        idx = (torch.arange(p)[None, :, None] * g ** d + idx.view(n, p, -1)).reshape(n, -1)
+        c = ((phi / total.clamp(min=1e-300))[:, :, None] * c.view(n, p, -1)).reshape(n, -1)
+        alone = total[:, 0] <= 0
+        if alone.any():  # outside every window: the own patch's reading, padded with zeros
+            pad = idx.shape[1] - index.shape[1]
+            idx[alone] = torch.cat([index[alone], index[alone][:, :1].expand(-1, pad)], 1)
+            c[alone] = torch.cat([coeff[alone], coeff.new_zeros(int(alone.sum()), pad)], 1)
+        return idx, c
 
     def _exact_input(self, cells: torch.Tensor | None, part: Partition) -> bool:
         """Whether the input's modes are integrated exactly on the pieces of the triangles
@@ -792,6 +837,12 @@ _ARGS = r"""
             and the residual spectral layer and Remark 21's smoothing (``final_modes``,
             ``smoothing_eps``) act on the torus, as :class:`~geoattn.nn.SpectralSmoothing` with
             ``period``.
+        readout: how the output's grid functions are read at the nodes with
+            ``quadrature="tokens"``: ``"patch"`` (default; the multilinear interpolation of the
+            grid of every node's own patch, discontinuous across the patch seams) or ``"blend"``
+            (the grids of every patch whose window holds the node, weighted by a partition of
+            unity that vanishes at each window's edge: continuous across the seams wherever the
+            windows overlap; see :meth:`node_reading`).
         scores: how ViT-NO's attention scores integrate over a patch: ``"nodal"`` (default, the
             nodes' weights in each patch) or ``"p1"`` (2-D triangle meshes: the exact integrals of
             the piecewise-linear interpolants over each patch's region, with the consistent mass
