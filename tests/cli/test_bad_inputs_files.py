@@ -101,7 +101,12 @@ def test_a_2d_msh_written_by_meshio_is_read_with_its_fields(tmp_path, fmt, binar
 
 def test_a_msh_that_is_not_meshio_text_is_still_refused(tmp_path):
     path = _sample(tmp_path / "s.msh", fmt="gmsh22", binary=False)
-    path.write_text(path.read_text().replace("np.float64(", "np.float64((", 1))  # damaged: not a repr
+    head, mark, rest = path.read_text().partition("$NodeData")
+    lines = rest.split("\n")  # "", 3 header blocks (tags), then "1 <value>" for node 1, ...
+    first = next(k for k in range(9, len(lines)) if lines[k].startswith("1 "))
+    value = lines[first].split(" ", 1)[1].removeprefix("np.float64(").removesuffix(")")
+    lines[first] = f"1 np.float64(({value})"  # damaged: not a repr (meshio writes one under NumPy 2 only)
+    path.write_text(head + mark + "\n".join(lines))
     with pytest.raises(MeshFileError, match="cannot read mesh file"):
         read_mesh(path, x="a")
 
