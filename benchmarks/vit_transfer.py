@@ -253,8 +253,8 @@ def node_split(op, test: dict, meshes: dict, seam: float) -> dict:
         classes = {"train": {"seam": near, "in": ~near}, "refined": {
             "old seam": old & near, "old in": old & ~near, "new seam": ~old & near, "new in": ~old & ~near}}[name]
         for key, mask in classes.items():
-            out[(f"train_{key}" if name == "train" else key)] = (
-                float(np.sqrt((w[mask] * err[mask]).sum() / w[mask].sum())), int(mask.sum()))
+            rms = float(np.sqrt((w[mask] * err[mask]).sum() / w[mask].sum())) if mask.any() else float("nan")
+            out[(f"train_{key}" if name == "train" else key)] = (rms, int(mask.sum()))
     return out
 
 
