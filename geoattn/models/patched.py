@@ -218,7 +218,7 @@ class PatchedOperator(EncoderOperator):
                  modes: int = 2, partition_method: str = "rcb", final_modes: int | None = None,
                  decoder: str = "pointwise", smoothing_eps: float | None = None,
                  coordinate_features: dict | None = None, quadrature: str | None = None, scores: str = "nodal",
-                 grid: int = 16, period: float | tuple[float, ...] | None = None, readout: str = "patch"):
+                 grid: int = 16, period: float | tuple[float, ...] | None = None, readout: str | None = None):
         super().__init__()
         whole = lambda name, value: checked_number(name, value, integer=True)  # noqa: E731
         in_channels, out_channels, dim = whole("in_channels", in_channels), whole("out_channels", out_channels), \
@@ -248,6 +248,8 @@ class PatchedOperator(EncoderOperator):
             if 2 * top + 1 > grid:
                 raise ConfigError(f"modes={modes} needs 2 * modes + 1 = {2 * top + 1} points per axis of the patches' "
                                   f"reference grid, grid={grid} has fewer: give grid >= {2 * top + 1} or fewer modes")
+        if readout is None:  # continuous across the seams for the grids' design; the nodal designs read no grids
+            readout = "blend" if quadrature == "tokens" else "patch"
         if readout not in ("patch", "blend"):
             raise ConfigError(f"readout must be 'patch' or 'blend', got {readout!r}")
         if readout != "patch" and quadrature != "tokens":
@@ -838,11 +840,13 @@ _ARGS = r"""
             ``smoothing_eps``) act on the torus, as :class:`~geoattn.nn.SpectralSmoothing` with
             ``period``.
         readout: how the output's grid functions are read at the nodes with
-            ``quadrature="tokens"``: ``"patch"`` (default; the multilinear interpolation of the
-            grid of every node's own patch, discontinuous across the patch seams) or ``"blend"``
-            (the grids of every patch whose window holds the node, weighted by a partition of
-            unity that vanishes at each window's edge: continuous across the seams wherever the
-            windows overlap; see :meth:`node_reading`).
+            ``quadrature="tokens"``: ``"blend"`` (the default there: the grids of every patch
+            whose window holds the node, weighted by a partition of unity that vanishes at each
+            window's edge, continuous across the seams wherever the windows overlap; see
+            :meth:`node_reading`) or ``"patch"`` (the multilinear interpolation of the grid of every
+            node's own patch, discontinuous across the patch seams; the nodal designs' only
+            reading). Checkpoints record it; those without it rebuild with ``"patch"`` only for the
+            nodal designs.
         scores: how ViT-NO's attention scores integrate over a patch: ``"nodal"`` (default, the
             nodes' weights in each patch) or ``"p1"`` (2-D triangle meshes: the exact integrals of
             the piecewise-linear interpolants over each patch's region, with the consistent mass

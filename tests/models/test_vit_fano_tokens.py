@@ -317,11 +317,13 @@ def test_the_blended_reading_is_a_partition_of_unity_continuous_across_the_seams
 
 @pytest.mark.parametrize("cls", MODELS)
 @torch.no_grad()
-def test_the_default_readout_is_the_own_patch_and_blend_keeps_a_linear_input_mesh_independent(cls, coarse):
-    """``readout`` defaults to ``"patch"`` (models saved before the option rebuild unchanged), is
-    refused with the nodal design or an unknown name, and with ``"blend"`` the output function is
-    still the same on a mesh and its refinement for a linear input."""
-    assert cls(1, 1).readout == "patch"
+def test_the_default_readout_blends_and_keeps_a_linear_input_mesh_independent(cls, coarse):
+    """``readout`` defaults to ``"blend"`` with the grids' design and to ``"patch"`` with the nodal
+    one (so models saved before the option, all nodal, rebuild unchanged), is refused with the
+    nodal design or an unknown name, and with ``"blend"`` the output function is still the same on
+    a mesh and its refinement for a linear input."""
+    assert cls(1, 1).readout == "blend" and cls(1, 1).hparams["readout"] is None
+    assert cls(1, 1, quadrature="nodal").readout == "patch"
     with pytest.raises(ConfigError, match="readout"):
         cls(1, 1, readout="smooth")
     with pytest.raises(ConfigError, match="quadrature='tokens'"):
@@ -332,6 +334,6 @@ def test_the_default_readout_is_the_own_patch_and_blend_keeps_a_linear_input_mes
     model.fit_mesh(a)
     out_a, out_b = model(_linear(a.pos), a), model(_linear(b.pos), b)[:n]
     assert (out_a - out_b).abs().max() < 1e-10 * out_a.abs().max()
-    plain = _model(cls)
+    plain = _model(cls, readout="patch")
     plain.fit_mesh(a)
     assert (plain(_linear(a.pos), a) - out_a).abs().max() > 1e-6  # the seams' nodes read differently
