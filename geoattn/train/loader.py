@@ -143,7 +143,11 @@ def quiet_worker(worker_id: int) -> None:
     - A worker hands its tensors over through a thread of :mod:`multiprocessing.resource_sharer`,
       which reports a failed hand-over with :func:`sys.excepthook`; when the main process has
       stopped, the failure is a reset or closed connection (``ConnectionError``, ``EOFError``),
-      whose traceback is dropped. Every other error is reported as before."""
+      whose traceback is dropped. Every other error is reported as before.
+    - A stop that lands in a finaliser (a weak reference's callback, ``__del__``), where Python
+      cannot raise it and would print "Exception ignored in ..." and carry on, ends the worker
+      there, with status 0, as the worker loop would."""
+    import os
     import signal
     import sys
 
@@ -151,13 +155,18 @@ def quiet_worker(worker_id: int) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
-    previous = sys.excepthook
+    previous, previous_unraisable = sys.excepthook, sys.unraisablehook
 
     def hook(kind, value, traceback):
         if not issubclass(kind, (ConnectionError, EOFError)):
             previous(kind, value, traceback)
 
-    sys.excepthook = hook
+    def unraisable(info):
+        if isinstance(info.exc_value, KeyboardInterrupt):
+            os._exit(0)
+        previous_unraisable(info)
+
+    sys.excepthook, sys.unraisablehook = hook, unraisable
 
 
 class MeshLoader:

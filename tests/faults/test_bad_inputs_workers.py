@@ -55,6 +55,31 @@ def data(tmp_path_factory):
     return out
 
 
+#: a worker whose SIGTERM lands in a finaliser, where Python cannot raise the stop
+IN_FINALISER = """
+import os, signal, sys, time
+from geoattn.train.loader import quiet_worker
+quiet_worker(0)
+
+class Finalised:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler runs here, inside the finaliser
+
+Finalised()
+print("carried on after the stop")
+"""
+
+
+@linux
+def test_a_worker_stopped_inside_a_finaliser_ends_there_quietly():
+    """Python prints "Exception ignored in ..." for a stop raised in a finaliser and carries on;
+    the worker ends there instead, with status 0 and nothing printed."""
+    run = subprocess.run([sys.executable, "-c", IN_FINALISER], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert (run.returncode, run.stdout, run.stderr) == (0, "", ""), run
+
+
 @linux
 @pytest.mark.slow
 @pytest.mark.parametrize("group", [False, True], ids=["to-the-process", "to-the-group"])
