@@ -71,22 +71,14 @@ def test_structure_is_built_once_per_mesh_and_batch_members_reuse_it(name, meshe
     assert len(built) == 3
 
 
+@pytest.mark.parametrize("design", [dict(decoder="cross"), dict(quadrature="tokens", grid=4)],
+                         ids=["nodal-cross", "tokens"])
 @pytest.mark.parametrize("name", NAMES)
-def test_no_graph_breaks_on_a_batch_of_three_meshes_after_warm_up(name, meshes):
+def test_no_graph_breaks_on_a_batch_of_three_meshes_after_warm_up(name, design, meshes):
+    """Both designs, the nodal one (its cross-attention decoder) and the patches' grids, compile
+    whole once the structure is built."""
     torch._dynamo.reset()
-    model = _model(name, decoder="cross")
-    model.fit_mesh(meshes[0])
-    batch = Mesh.batch(meshes)
-    x = torch.cat([_x(m) for m in meshes])
-    model(x, batch)  # builds the structure
-    explained = torch._dynamo.explain(lambda: model(x, batch))()
-    assert explained.graph_break_count == 0, [r.reason for r in explained.break_reasons]
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_the_token_design_compiles_whole_on_a_batch_after_warm_up(name, meshes):
-    torch._dynamo.reset()
-    model = _model(name, quadrature="tokens", grid=4)
+    model = _model(name, **design)
     model.fit_mesh(meshes[0])
     batch = Mesh.batch(meshes)
     x = torch.cat([_x(m) for m in meshes])
