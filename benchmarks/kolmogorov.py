@@ -353,6 +353,29 @@ def physics_predictions(coefficients: dict, rows: slice, scale: Scale) -> dict[s
             "Euler step": decay * first + scale.interval * solver.tendency(first)}
 
 
+def truncated_euler(coefficients: dict, rows: slice, scale: Scale, modes: tuple[int, ...]) -> dict[int, float]:
+    r"""Median relative :math:`L^2` error (on the solver's grid) of the Euler step of
+    :func:`physics_predictions` with the advection computed from :math:`\omega(T)` cut to the
+    modes :math:`\|k\|_\infty \le K`, for each ``K`` of ``modes``: what one step of the exact
+    equation scores when its derivatives see only ``K`` modes per axis, as a model's spectral layers
+    or a coarser grid do."""
+    first = coefficients["first"][rows]
+    second = coefficients["second"][rows]
+    solver = KolmogorovSolver(scale.solver_n, dtype=getattr(torch, scale.solver_dtype))
+    first, second = first.to(solver.cdtype), second.to(solver.cdtype)
+    n = first.shape[-2]
+    kx = torch.fft.fftfreq(n, 1.0 / n).reshape(-1, 1)
+    ky = torch.arange(first.shape[-1], dtype=kx.dtype).reshape(1, -1)
+    kinf = torch.maximum(kx.abs(), ky)
+    decay = torch.exp(-solver.nu * solver.k2 * scale.interval)
+    out = {}
+    for K in modes:
+        step = decay * first + scale.interval * solver.tendency(first * (kinf <= K))
+        a, b = grid_values(step, n), grid_values(second, n)
+        out[K] = statistics.median(((a - b).flatten(1).norm(dim=1) / b.flatten(1).norm(dim=1)).tolist())
+    return out
+
+
 def physics_errors(coefficients: dict, where: dict[str, dict], rows: slice, scale: Scale,
                    tests: dict[str, list]) -> dict[str, dict[str, list[float]]]:
     """Relative L2 errors of :func:`physics_predictions` on every discretisation, per pair."""
@@ -618,6 +641,13 @@ def main(argv: list[str] | None = None) -> dict:
               f"above K in magnitude (test pairs; the {scale.grid}^2 grid resolves up to {scale.grid // 2 - 1}):\n\n"
               + markdown_table(["field, norm"] + [f"above K = {K}" for K in modes],
                                [[name] + [f"{v:.3f}" for v in values] for name, values in shares.items()]) + "\n")
+    cut = tuple(sorted({5, 7, 12, scale.grid // 2 - 1, scale.solver_n // 3}))
+    euler = truncated_euler(coefficients, test_rows, scale, cut)
+    table += ("\n## What the modes a model sees allow\n\nMedian relative L2 error of one Euler step of the exact "
+              "equation (the `Euler step` row, with the viscosity and forcing exact) when its advection is computed "
+              f"from omega(T) cut to the modes max(|kx|, |ky|) <= K (test pairs, on the solver's {scale.solver_n}^2 grid, "
+              f"which keeps K <= {scale.solver_n // 3}; the {scale.grid}^2 training grid holds K <= {scale.grid // 2 - 1}):\n\n"
+              + markdown_table(["K"] + [str(K) for K in cut], [["Euler step"] + [f"{euler[K]:.3f}" for K in cut]]) + "\n")
     baselines = {name: statistics.median(results[name]["grid"]) for name in ("identity", "Euler step")}
     table += "\n" + curves_section(args, results, baselines, f"Kolmogorov flow, {scale.grid}^2 grid, "
                                     f"{scale.n_train} training pairs, target: {scale.target}")
