@@ -246,6 +246,9 @@ def model_factories(scale: Scale, names: list[str] | None = None, domain: str = 
             kw["modes"] = scale.mesh_fno_modes or mesh_fno_modes(scale.mesh_n, domain, max(1, scale.modes // 2),
                                                                  scale.supersample)
         out[name] = lambda name=name, kw=kw: build_model(name, in_channels=1, out_channels=1, dim=2, **kw)
+        if "geometry" in params:  # the same model seeing the distance to the boundary too
+            out[f"{name}-distance"] = lambda name=name, kw=kw: build_model(
+                name, in_channels=1, out_channels=1, dim=2, geometry="distance", **kw)
     try:
         import neuralop  # noqa: F401
     except ImportError:

@@ -15,6 +15,7 @@ scikit-fem, the ``data`` extra) on first access to ``geoattn.mesh.families``.
 
 import importlib
 
+from .boundary import boundary_distance, boundary_facets
 from .cells import CELL_DIMENSIONS, CELL_TYPES, lumped_mass, orient_cells, signed_volumes
 from .data import MeshData
 from .gradients import p1_gradients
@@ -52,6 +53,8 @@ __all__ = [
     "Partition",
     "as_samples",
     "augment",
+    "boundary_distance",
+    "boundary_facets",
     "check_symmetry",
     "dihedral",
     "families",

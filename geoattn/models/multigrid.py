@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError, MeshMismatchError
+from ..mesh.boundary import boundary_distance
 from ..mesh.mesh import Mesh
 from ..mesh.validation import checked_number
 from ..nn.functional import num_graphs as count_graphs
@@ -41,6 +42,8 @@ __all__ = ["GridStencil", "MultigridOperator", "Restriction", "SparseMap", "VCyc
            "prolong_to_nodes", "restrict", "restriction", "restriction_entries", "simplex_points",
            "sparse_map"]
 
+#: what the first grid may see of the domain besides its covered fractions (``geometry=``)
+GEOMETRY = (None, "distance")
 #: margin of a fitted box on every side, as a fraction of the data's largest extent
 BOX_MARGIN = 0.01
 #: how far (as a fraction of the box's largest side) a node may lie outside the box and be read as
@@ -691,6 +694,13 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
         points_per_cell: ``None`` (default): the restriction's integrals over the cells are exact;
             an integer: the former Gauss rule of about that many points per grid cell and axis
             (:func:`restriction`), which checkpoints of earlier releases load with (8).
+        geometry: ``None`` (default): the first grid sees the domain through :math:`\kappa`
+            only; ``"distance"``: also through the distance :math:`\delta_c` of each cell's
+            centre to the mesh's boundary (:func:`~geoattn.mesh.boundary.boundary_distance`,
+            over the box's largest side), a further input channel of :math:`E`. It tells the
+            cycles how far every cell is from a wall, however far past the first grid's cells
+            that is; it needs the mesh's cells, and is the same function on every mesh of a
+            polygonal domain.
 
     Shapes:
         - input: ``x [N, C_in]`` on ``mesh``, a :class:`~geoattn.mesh.Mesh` of ``N`` nodes in
@@ -705,8 +715,10 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
                  depth: int = 4, grid: int | Sequence[int] = 16, levels: int = 3,
                  smoothing: int | Sequence[int] = 2,
                  box: Sequence[Sequence[float]] | None = None, coordinate_features: dict | None = None,
-                 points_per_cell: int | None = None):
+                 points_per_cell: int | None = None, geometry: str | None = None):
         super().__init__()
+        if geometry not in GEOMETRY:
+            raise ConfigError(f"geometry must be one of {GEOMETRY}, got {geometry!r}")
         if dim not in _CONV:
             raise ConfigError(f"MultigridOperator supports dim 1, 2 or 3, got {dim}")
         sizes = tuple(grid) if isinstance(grid, (list, tuple)) else (grid,) * dim
@@ -725,6 +737,7 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
                                             or points_per_cell < 1):
             raise ConfigError(f"points_per_cell must be None or an integer >= 1, got {points_per_cell!r}")
         self.points_per_cell = points_per_cell
+        self.geometry = geometry
         self.box: tuple | None = None  # the corners as floats, once fixed (the buffer's host copy)
         self.cell_volume = math.nan
         self.register_buffer("grid_box", torch.zeros(2, dim, dtype=torch.float64))  # zeros: not fixed yet
@@ -732,7 +745,7 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
             self.set_box(box)
         self.inputs = CoordinateFeatures.of(in_channels, dim, coordinate_features)
         self.lift = PointwiseMLP(self.inputs.out_features, 2 * width, width)
-        self.enter = _CONV[dim](width + 1, width, 1)
+        self.enter = _CONV[dim](width + 1 + (geometry is not None), width, 1)
         self.cycles = nn.ModuleList(VCycle(width, dim, levels, steps) for _ in range(depth))
         self.linears = nn.ModuleList(_CONV[dim](width, width, 1) for _ in range(depth))
         self.project = PointwiseMLP(width, 2 * width, out_channels)
@@ -865,6 +878,26 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
         return mesh.structure(key, lambda m: self.restriction(m).total / self.cell_volume,
                               lambda batch, parts: torch.cat(parts))
 
+    def boundary_distance(self, mesh: Mesh) -> torch.Tensor:
+        r"""The distances :math:`\delta_c` ``[B G]`` of the first grid's cell centres to the
+        boundary of each graph's mesh, over the box's largest side, kept in the memo
+        (``geometry="distance"``)."""
+        if mesh.cells is None:
+            raise ConfigError("geometry='distance' needs the mesh's cells, which define its boundary; this mesh "
+                              "has none (give the cells, or build the model with geometry=None)")
+        key = ("multigrid.distance", self.box, self.shape)
+        a, b = self.box
+        side = max(y - x for x, y in zip(a, b))
+        axes = [a_k + (torch.arange(n, dtype=torch.float64) + 0.5) * (b_k - a_k) / n
+                for a_k, b_k, n in zip(a, b, self.shape)]
+        centres = torch.stack(torch.meshgrid(*axes, indexing="ij"), -1).reshape(-1, self.dim)  # C order
+
+        def one(m: Mesh) -> torch.Tensor:
+            dist = boundary_distance(m.pos.detach().cpu().double().numpy(), m.cells.cpu().numpy(), centres.numpy())
+            return torch.as_tensor(dist / side, dtype=m.pos.dtype, device=m.pos.device)
+
+        return mesh.structure(key, one, lambda batch, parts: torch.cat(parts))
+
     def prolongation_map(self, mesh: Mesh) -> SparseMap:
         """:meth:`stencil` as the :class:`SparseMap` of the interpolation to the nodes,
         ``[N, B G]``, kept in the memo like :meth:`restriction_map`."""
@@ -908,6 +941,9 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
             coverage = self.coverage(mesh).to(h.dtype).reshape(b, 1, *self.shape)
         else:
             mean, coverage = restrict(h, self.restriction(mesh), self.cell_volume)  # (B, C | 1, *shape)
+        if self.geometry == "distance":
+            distance = self.boundary_distance(mesh).to(h.dtype).reshape(b, 1, *self.shape)
+            coverage = torch.cat([coverage, distance], 1)
         g = self.enter(torch.cat([mean, coverage], 1))  # (B, C, *shape)
         if self.dim > 1:  # the convolutions' fast layout on a CPU (channels last); the same values
             g = g.contiguous(memory_format=_CHANNELS_LAST[self.dim])
@@ -921,4 +957,5 @@ class MultigridOperator(NeuralOperator, name="multigrid"):
         return self.project(prolong_to_nodes(g, self.stencil(out)))  # (N | Nq, C_out)
 
     def extra_repr(self) -> str:
-        return f"grid={self.shape}, levels={self.levels}, box={self.box}"
+        geometry = "" if self.geometry is None else f", geometry={self.geometry!r}"
+        return f"grid={self.shape}, levels={self.levels}, box={self.box}{geometry}"
