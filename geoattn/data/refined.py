@@ -1,6 +1,6 @@
 """Samples carried to a refined mesh by piecewise-linear interpolation.
 
-A sample on a triangle mesh holds node values; the functions it stands for are their
+A sample on a triangle or tetrahedral mesh holds node values; the functions it stands for are their
 piecewise-linear interpolants. :func:`refined_samples` gives the same functions at the nodes of
 the mesh refined: training on them, the weighted nodal loss is the :math:`L^2(D)` error against
 the interpolants between the original nodes too, not only at them.
@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 import torch
 
-from ..errors import ConfigError
+from ..errors import ConfigError, UnsupportedCellError
+from ..mesh.refinement import simplex_type
 from ..mesh.samples import MeshSamples, as_samples
 from ..operators.refined import training_size
 
@@ -26,7 +27,8 @@ _CARRIED = ("x", "y", "pos", "weight", "cells")
 
 def refined_samples(samples: Sequence, factor: float = 2.0) -> MeshSamples:
     r"""Each sample's inputs ``x`` and targets ``y`` as their piecewise-linear interpolants at the
-    nodes of its triangle mesh refined until no edge is longer than its longest edge / ``factor``
+    nodes of its triangle or tetrahedral mesh refined until no edge is longer than its longest
+    edge / ``factor``
     (:meth:`geoattn.mesh.Mesh.refined`: the original nodes first, then the new ones).
 
     The refined mesh's lumped weights integrate the interpolants' products to
@@ -37,17 +39,18 @@ def refined_samples(samples: Sequence, factor: float = 2.0) -> MeshSamples:
     the mesh's memo).
 
     Args:
-        samples: samples with ``pos [N, 2]``, ``weight [N]``, triangle ``cells [T, 3]``, ``x`` and
-            ``y`` at the nodes.
+        samples: samples with ``weight [N]``, ``x`` and ``y`` at the nodes, and ``pos [N, 2]`` with
+            triangle ``cells [T, 3]`` or ``pos [N, 3]`` with tetrahedral ``cells [T, 4]``.
         factor: how much finer than the longest edge (default ``2``: about one uniform
-            refinement).
+            refinement, about 4 times the nodes on triangles and 8 times on tetrahedra).
 
     Returns:
         A :class:`~geoattn.mesh.MeshSamples` of new samples (shallow copies with the new node
         data; the inputs are not changed) on the refined meshes.
 
     Raises:
-        ConfigError: ``factor`` below 1, a sample without triangle cells, or a sample with
+        ConfigError: ``factor`` below 1, a sample without triangle or tetrahedral cells (hexahedra,
+            quads, surfaces and lines are refused), or a sample with
             other node-level tensors, which could not be carried (named).
     """
     if not factor >= 1.0:
@@ -59,8 +62,10 @@ def refined_samples(samples: Sequence, factor: float = 2.0) -> MeshSamples:
         k = int(data.mesh_id)
         if k not in fine_of:
             mesh = samples.meshes[k]
-            if mesh.cells is None or mesh.cells.shape[1] != 3 or mesh.dim != 2:
-                raise ConfigError(f"sample {index}: refined_samples needs a triangle mesh (cells [T, 3] in 2-D)")
+            try:
+                simplex_type(mesh.dim, mesh.cells, "refined_samples")
+            except UnsupportedCellError as err:
+                raise ConfigError(f"sample {index}: {err}") from err
             fine, prolong = mesh.refined(training_size(mesh) / factor)  # kept in the mesh's memo
             fine_of[k] = len(fines)
             fines.append(fine)

@@ -401,8 +401,8 @@ class Mesh:
         return self.structure(("moved", value_key(isometry)), lambda _: move())
 
     def refined(self, size: float) -> tuple[Mesh, torch.Tensor]:
-        """This triangle mesh refined until no edge is longer than ``size``
-        (:func:`~geoattn.mesh.refinement.refine_to`; its original nodes come first) and the
+        """This triangle (2-D) or tetrahedral (3-D) mesh refined until no edge is longer than
+        ``size`` (:func:`~geoattn.mesh.refinement.refine_to`; its original nodes come first) and the
         prolongation ``[N_fine, N]`` (sparse) that interpolates nodal values onto it linearly;
         kept in the memo. A batch is refined member by member."""
         def join(batch: Mesh, parts: list) -> tuple[Mesh, torch.Tensor]:
@@ -468,21 +468,18 @@ def _refine_one(mesh: Mesh, size: float) -> tuple[Mesh, torch.Tensor]:
     import meshio
     import numpy as np
 
-    from ..errors import UnsupportedCellError
     from .io import from_meshio
-    from .refinement import refine_to
+    from .refinement import refine_to, simplex_type
 
     if mesh.cells is None:
         raise ValueError("Mesh.refined needs the mesh's cells; build the Mesh with them "
                          "(Mesh.from_meshio, Mesh.from_sample of a sample with cells, or "
                          "Mesh(pos, weight, cells))")
-    if mesh.dim != 2 or mesh.cells.shape[1] != 3:
-        raise UnsupportedCellError(f"Mesh.refined refines 2-D triangle meshes, got {mesh.dim}-D cells "
-                                   f"of {mesh.cells.shape[1]} nodes")
+    cell_type = simplex_type(mesh.dim, mesh.cells, "Mesh.refined")
     # the coordinates as the mesh carries them: a mesh file and its samples in float32 then give
     # the same refinement (ties between edge lengths break alike)
     points = mesh.pos.detach().cpu().double().numpy()
-    fine, prolong = refine_to(meshio.Mesh(points, [("triangle", mesh.cells.cpu().numpy())]), size)
+    fine, prolong = refine_to(meshio.Mesh(points, [(cell_type, mesh.cells.cpu().numpy())]), size)
     data = from_meshio(fine, dtype=mesh.dtype)
     coo = prolong.tocoo()
     matrix = torch.sparse_coo_tensor(torch.as_tensor(np.stack([coo.row, coo.col])), coo.data, coo.shape,

@@ -29,23 +29,20 @@ import meshio
 import torch
 
 from ..compat import moved
-from ..errors import UnsupportedCellError
 from ..mesh.mesh import Mesh
-from ..mesh.refinement import longest_edges
+from ..mesh.refinement import SIMPLICES, longest_edges, meshio_simplex_type, simplex_type
 from .wrapper import WrappedOperator
 
 
 def training_size(mesh: meshio.Mesh) -> float:
-    """The longest edge of a triangle mesh: the size :class:`RefinedOperator` refines others to
-    (:class:`~geoattn.errors.UnsupportedCellError` for other cells)."""
+    """The longest edge of a triangle mesh in 2-D or a tetrahedral mesh in 3-D: the size
+    :class:`RefinedOperator` refines others to (:class:`~geoattn.errors.UnsupportedCellError` for
+    other cells)."""
     if isinstance(mesh, Mesh):
-        if mesh.cells is None or mesh.dim != 2 or mesh.cells.shape[1] != 3:
-            raise UnsupportedCellError("training_size needs a triangle mesh")
+        simplex_type(mesh.dim, mesh.cells, "training_size")
         return float(longest_edges(mesh.pos.detach().cpu().double().numpy(), mesh.cells.cpu().numpy()).max())
-    if not mesh.cells or mesh.cells[-1].type != "triangle":
-        found = mesh.cells[-1].type if mesh.cells else "none"
-        raise UnsupportedCellError(f"training_size needs a triangle mesh, got cells {found!r}")
-    return float(longest_edges(mesh.points[:, :2], mesh.cells[-1].data).max())
+    dim = SIMPLICES[meshio_simplex_type(mesh, "training_size")][1]
+    return float(longest_edges(mesh.points[:, :dim], mesh.cells[-1].data).max())
 
 
 class RefinedOperator(WrappedOperator):
