@@ -25,7 +25,9 @@ differ in the training loss only:
   refined mesh holds the training mesh's nodes first) into the training nodes, scored against the
   training targets with the training mesh's weights (the ``nodes`` loss), and the refined mesh's
   other nodes (the between-node term), scored against the targets' interpolants there with the
-  refined mesh's weights of those nodes: the loss is the first plus ``LAMBDA`` times the second;
+  refined mesh's weights of those nodes: the loss is the first plus ``LAMBDA`` times the second
+  (:func:`geoattn.train.split_refined` and :func:`geoattn.train.between_nodes_loss`, the loss
+  that ``Trainer(between_nodes=LAMBDA)`` and ``geoattn train --between-nodes LAMBDA`` train with);
 - ``fno``: neuralop's FNO through a grid, the race's peer (:func:`darcy.race.peer_configuration`),
   on the nodes' loss, for a side-by-side on another ``--domain`` (and ``--family``).
 
@@ -56,7 +58,7 @@ from darcy.race import SCALES, multigrid_configuration, peer_configuration, race
 from geoattn.data import refined_samples
 from geoattn.mesh import Mesh
 from geoattn.models import build_model
-from geoattn.train import NormalizedOperator, relative_l2
+from geoattn.train import NormalizedOperator, between_nodes_loss, relative_l2, split_refined
 from results_page import markdown_table
 
 MODES = ("nodes", "refined", "query", "hybrid", "fno")
@@ -80,27 +82,6 @@ def one_cycle(fraction: float, peak: float) -> float:
     return peak * 1e-4 + (peak - peak * 1e-4) * (1 + math.cos(math.pi * t)) / 2
 
 
-def hybrid_split(coarse: Mesh, fine: Mesh, b: int) -> tuple[torch.Tensor, torch.Tensor, Mesh]:
-    """The rows of a query output on ``b`` copies of ``fine`` that are the training mesh's nodes
-    (each copy's first ``coarse.num_nodes``), the rows of the other nodes, and the batch mesh of
-    those other nodes (the refined mesh's weights there, no cells)."""
-    n1, nf = coarse.num_nodes, fine.num_nodes
-    if nf <= n1 or not torch.equal(fine.pos[:n1], coarse.pos):
-        raise ValueError("the refined mesh must hold the training mesh's nodes first")
-    at_train = torch.cat([torch.arange(g * nf, g * nf + n1) for g in range(b)])
-    at_other = torch.cat([torch.arange(g * nf + n1, (g + 1) * nf) for g in range(b)])
-    other = Mesh(fine.pos[n1:], fine.weight[n1:])
-    return at_train, at_other, Mesh.batch([other] * b)
-
-
-def hybrid_loss(pred: torch.Tensor, y_fine: torch.Tensor, split, coarse_batch: Mesh, lam: float) -> torch.Tensor:
-    """The nodal loss on the training nodes plus ``lam`` times the loss on the refined mesh's
-    other nodes, both from one query output ``pred`` on the refined meshes."""
-    at_train, at_other, other = split
-    return (relative_l2(pred[at_train], y_fine[at_train], coarse_batch)
-            + lam * relative_l2(pred[at_other], y_fine[at_other], other))
-
-
 def train_one(mode: str, smoothing, seed: int, data: dict, scale, seconds: float, epochs: int | None = None,
               domain: str = "square", lam: float | None = None) -> dict:
     """Train one variant; its errors on every test mesh and its timing (``lam``: the hybrid's
@@ -120,7 +101,7 @@ def train_one(mode: str, smoothing, seed: int, data: dict, scale, seconds: float
     op.y_normalizer.fit((d.y, d.weight) for d in fit)
     op.fit_mesh(fine if mode == "refined" else coarse)
     b = scale.batch_size
-    split = hybrid_split(coarse, fine, b) if mode == "hybrid" else None
+    split = split_refined(Mesh.batch([coarse] * b), Mesh.batch([fine] * b)) if mode == "hybrid" else None
     opt = torch.optim.AdamW(op.parameters(), lr=scale.lr / 25, weight_decay=scale.weight_decay)
     gen = torch.Generator().manual_seed(seed)
     start, done, steps = time.perf_counter(), 0, 0
@@ -145,7 +126,7 @@ def train_one(mode: str, smoothing, seed: int, data: dict, scale, seconds: float
                 mesh, at = Mesh.batch([coarse] * b), Mesh.batch([fine] * b)
                 pred, y = op(stacked(train, ids, "x"), mesh, query=at), stacked(fine_samples, ids, "y")
             if mode == "hybrid":
-                loss = hybrid_loss(pred, y, split, mesh, lam)
+                loss = between_nodes_loss(pred, y, mesh, split, lam)
             else:
                 loss = relative_l2(pred, y, at)
             opt.zero_grad()

@@ -32,6 +32,13 @@ nodes (:class:`~geoattn.operators.RefinedOperator`); the checkpoint stores the s
 every other mesh's input onto it and the output back, as FNO does through its grid, so the model
 computes with the discretisation it was trained on; the checkpoint stores the mesh.
 
+``--between-nodes LAMBDA`` (or ``between_nodes = LAMBDA`` in ``[train]``) trains on the error at
+the training nodes plus ``LAMBDA`` times the error between them, from one call that reads the
+model's output on each training mesh refined once (``Trainer(between_nodes=)``,
+:mod:`geoattn.train.between_nodes`); models whose forward takes ``query`` only (the others are
+refused), meshes that :meth:`~geoattn.mesh.Mesh.refined` refines. The checkpoint stores it, and
+``--resume`` keeps it.
+
 ``--symmetries N`` trains on every training sample carried by the ``2 N`` symmetries of the
 dihedral group about the training mesh's centroid (:func:`~geoattn.mesh.dihedral`: ``N = 4`` the
 square's eight, ``N = 1`` the identity and the reflection across the line at
@@ -81,6 +88,7 @@ from ..operators import LatentMeshOperator
 from ..optional import require
 from ..mesh.io import to_meshio
 from ..train import NormalizedOperator, RefinedOperator, Trainer, init_distributed, load_checkpoint, training_size
+from ..train.between_nodes import accepts_query
 from ..train.checkpoint import atomic_path, check_writable
 from ..train.trainer import PRECISIONS, check_precision, check_run_folder, resolve_device
 
@@ -89,7 +97,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10, with the tomli backport from the dependencies
     import tomli as tomllib
 
-TRAIN_KEYS = ("epochs", "batch_size", "lr", "weight_decay", "clip", "seed", "h1", "device", "precision")
+TRAIN_KEYS = ("epochs", "batch_size", "lr", "weight_decay", "clip", "seed", "h1", "device", "precision",
+              "between_nodes")
 MODEL_FLAGS = ("width", "depth", "num_heads")
 #: constructor arguments that come from the dataset, never from the settings
 DATA_ARGUMENTS = ("in_channels", "out_channels", "dim")
@@ -102,7 +111,8 @@ INTERRUPTED = "; run the same command with --resume to continue from the last co
 TRAIN_RANGES = {"epochs": (int, 1, None, False), "batch_size": (int, 1, None, False),
                 "lr": (float, 0, None, True), "weight_decay": (float, 0, None, False),
                 "clip": (float, 0, None, True), "seed": (int, 0, SEEDS, False), "h1": (bool, None, None, False),
-                "device": (str, None, None, False), "precision": (str, None, None, False)}
+                "device": (str, None, None, False), "precision": (str, None, None, False),
+                "between_nodes": (float, 0, None, False)}
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
@@ -128,6 +138,12 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--supersample", type=float,
                         help="train and evaluate on the meshes refined to the training mesh's longest edge / F "
                              "(a number >= 1; triangle meshes; default 1: the meshes as they are)")
+    parser.add_argument("--between-nodes", dest="between_nodes", type=float, metavar="LAMBDA",
+                        help="train on the error at the training nodes plus LAMBDA times the error between them: one "
+                             "call reads the model's output on the training mesh refined once (query=), scored at "
+                             "the new nodes against the targets' piecewise-linear interpolants; validation stays "
+                             "the nodal error (a number >= 0; triangle or tetrahedral meshes; models whose forward takes a query "
+                             f"mesh: {', '.join(query_models())}; kept by --resume)")
     parser.add_argument("--latent-mesh", action="store_true",
                         help="run the model on the training mesh only: every other mesh's input is interpolated "
                              "there and the output back (LatentMeshOperator; stored in the checkpoint)")
@@ -149,6 +165,11 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tensorboard", action="store_true",
                         help="also log the metrics for TensorBoard in OUT/tensorboard (the tensorboard extra)")
     parser.add_argument("--no-progress", action="store_true")
+
+
+def query_models() -> list[str]:
+    """The registered models that answer on a query mesh (``--between-nodes`` trains them)."""
+    return sorted(name for name, cls in MODELS.items() if accepts_query(cls))
 
 
 def add_device_arg(parser: argparse.ArgumentParser, default: str | None = None) -> None:
@@ -270,6 +291,7 @@ def run(args: argparse.Namespace) -> int:
     from ..data.meshdataset import MESH_FORMAT_VERSION, dataset_version
 
     name, model_kw, train_kw = settings(args)
+    _check_between_nodes(name, train_kw)  # again with the stored model when resuming
     supersample = model_kw.pop("supersample", None)
     if supersample not in (None, 1.0) and args.unweighted:
         raise ConfigError("--unweighted cannot be combined with --supersample: the supersampled model "
@@ -312,6 +334,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"an ensemble of {members} members (seeds {seed}..{seed + members - 1}) in {out}/: "
               f"geoattn evaluate {out} DATA scores their mean")
     return 0
+
+
+def _check_between_nodes(name: str, train_kw: dict) -> None:
+    """Refuse ``--between-nodes`` for a model that takes no query mesh."""
+    if train_kw.get("between_nodes") is not None and not accepts_query(MODELS[name]):
+        raise ConfigError(f"--between-nodes reads the model's output between the nodes (a query mesh), but model "
+                          f"{name!r} takes none; drop --between-nodes, or train one of {', '.join(query_models())}")
 
 
 def _split_data(args: argparse.Namespace, supersample: float | None, val_fraction: float):
@@ -389,6 +418,7 @@ def _train_one(args: argparse.Namespace, dataset, train, val, group, name: str, 
     state = None
     if args.resume and last.exists():
         state, name, model_kw = _resumed(last, name, model_kw, args)
+    _check_between_nodes(name, train_kw)
     first = dataset[0]
     size = _resolve_size(first, dataset.mesh, supersample, state, last)
     torch.manual_seed(train_kw["seed"])  # before the model: its initial weights follow the seed

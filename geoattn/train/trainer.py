@@ -36,6 +36,7 @@ from ..operators.normalized import NormalizedOperator
 from ..optional import progress as progress_bar
 from ..optional import require
 from .checkpoint import atomic_path, load_checkpoint, operator_payload, save_checkpoint
+from .between_nodes import between_nodes_errors, check_lambda, check_meshes, check_model
 from .loader import EpochBatches, MeshBatch, MeshLoader, batches_of
 from .loss import relative_h1, relative_l2
 
@@ -311,12 +312,25 @@ class Trainer:
             defaults, e.g. ``{"pct_start": 0.2, "div_factor": 1e4, "final_div_factor": 1e4}``
             for the one-cycle shape of Cao's runs (default ``None``). Only ``pct_start``,
             ``div_factor``, ``final_div_factor`` and ``anneal_strategy`` are taken.
+        between_nodes: train with the between-nodes loss of weight ``between_nodes`` (λ,
+            :mod:`geoattn.train.between_nodes`): each training step calls the model once with the
+            inputs at the training mesh's nodes and reads its output at the nodes of the mesh
+            refined once (``query=``; each training mesh refined to its longest edge / 2, once), and
+            the loss is the relative error at the training nodes plus λ times the relative error
+            at the new nodes against the targets' piecewise-linear interpolants. The errors
+            reported (``train``, ``val``, ``best.pt``) stay the nodal errors. Needs a model whose
+            forward takes ``query`` (e.g. ``multigrid``) and meshes with cells that
+            :meth:`~geoattn.mesh.Mesh.refined` refines (triangles, tetrahedra); a finite number ``>= 0``
+            (default ``None``: the nodal loss). Stored in the checkpoints: a run resumed without
+            it keeps the stored λ.
 
     Raises:
         ConfigError: an unknown or unavailable device or precision (:func:`resolve_device`,
             :func:`check_precision`), ``tensorboard=True`` without an ``out_dir``,
             ``seconds`` not a positive finite number (nor ``None``), a ``regularizer`` that is not
-            callable, or a ``schedule`` keyword not in the list above.
+            callable, a ``schedule`` keyword not in the list above, a ``between_nodes`` that is
+            negative or not finite, given with ``h1=True``, or with a model that takes no ``query``;
+            :meth:`fit` raises it for training meshes that cannot be refined.
         MissingDependencyError: ``tensorboard`` asked for and the package not installed.
 
     An ``out_dir`` that holds a run (``last.pt``, ``best.pt`` or ``metrics.csv``) is refused by
@@ -340,7 +354,7 @@ class Trainer:
                  tensorboard: bool | str | Path = False, restore_best: bool = False,
                  overwrite: bool = False, seconds: float | None = None,
                  regularizer: Callable[[torch.Tensor, object], torch.Tensor] | None = None,
-                 schedule: dict | None = None):
+                 schedule: dict | None = None, between_nodes: float | None = None):
         if regularizer is not None and not callable(regularizer):
             raise ConfigError(f"regularizer must be a callable (pred, batch) -> [B] or None, got "
                               f"a {type(regularizer).__name__}")
@@ -357,6 +371,12 @@ class Trainer:
             raise ConfigError(f"a Trainer fits one operator, not an ensemble of {len(operator.members)}: train "
                               "each member, or build the ensemble with geoattn.train.train_ensemble")
         self.operator = operator
+        self.between_nodes = check_lambda(between_nodes)
+        if self.between_nodes is not None:
+            check_model(operator)
+            if h1:
+                raise ConfigError("between_nodes trains on the relative L2 error at and between the nodes; "
+                                  "it does not combine with h1=True: drop one of them")
         self.restore_best = restore_best
         self.overwrite = overwrite
         self.out_dir = Path(out_dir) if out_dir is not None else None
@@ -399,14 +419,21 @@ class Trainer:
                 "workers": self.workers, "restore_best": self.restore_best, "seconds": self.seconds,
                 "regularizer": None if self.regularizer is None else getattr(
                     self.regularizer, "__qualname__", type(self.regularizer).__name__),
-                "schedule": self.schedule}
+                "schedule": self.schedule, "between_nodes": self.between_nodes}
 
     def _errors(self, model: torch.nn.Module, batch: MeshBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """The per-sample errors ``[B]`` (:func:`sample_errors`, at the trainer's precision) and
-        the per-sample losses (the errors plus the ``regularizer``'s penalties); a model whose
+        the per-sample losses (the errors, or with ``between_nodes`` the between-nodes losses, plus
+        the ``regularizer``'s penalties; :func:`~geoattn.train.between_nodes.between_nodes_errors`
+        gives the nodal errors of the same call); a model whose
         operations have no kernel in that precision is a :class:`ConfigError` naming it."""
         try:
-            errors, pred = sample_errors(model, batch, self.h1, autocast=self.autocast, with_pred=True)
+            if self.between_nodes is None:
+                errors, pred = sample_errors(model, batch, self.h1, autocast=self.autocast, with_pred=True)
+                losses = errors
+            else:
+                errors, losses, pred = between_nodes_errors(model, batch.x, batch.y, batch.mesh, self.between_nodes,
+                                                            autocast=self.autocast)
         except (RuntimeError, NotImplementedError) as err:
             if "out of memory" in str(err) or self.autocast is None:
                 raise
@@ -415,8 +442,25 @@ class Trainer:
             raise ConfigError(f"model {name!r} does not run in {self.precision} on {self.device.type} "
                               f"({type(err).__name__}: {reason}); train it in fp32") from err
         if self.regularizer is None:
-            return errors, errors
-        return errors, errors + self.regularizer(pred, batch)
+            return errors, losses
+        return errors, losses + self.regularizer(pred, batch)
+
+    def _resume_between_nodes(self, state: dict, last: Path, train) -> None:
+        """Keep the run's λ of ``between_nodes`` (stored in ``state``, the checkpoint ``last``)
+        when none is given; refuse a different one."""
+        stored = (state.get("trainer") or {}).get("between_nodes")
+        if self.between_nodes is None and stored is not None:
+            if self.h1:
+                raise ConfigError(f"cannot resume {last} with h1=True: it was trained with between_nodes={stored!r}, "
+                                  "on the relative L2 error")
+            check_model(self.operator)
+            check_meshes(train.meshes)
+            self.between_nodes = float(stored)
+            log.info("resuming %s with its between_nodes=%g", last, stored)
+        elif self.between_nodes != stored:
+            raise ConfigError(f"cannot resume {last}: it was trained with between_nodes={stored!r}, not "
+                              f"{self.between_nodes!r}; resume with between_nodes={stored!r} (or without it), or "
+                              "train into another out_dir")
 
     def _spent(self, seconds: float, device: torch.device) -> float:
         """The training time ``seconds`` of this process, or the most of all processes under
@@ -492,6 +536,8 @@ class Trainer:
         # to the next (the structure operators build on a mesh lives in its memo)
         train = as_samples(train, name="training")
         validate_samples(train, op.model, "training", self.h1)
+        if self.between_nodes is not None:
+            check_meshes(train.meshes)  # each kind of cell refined once, before any other work
         frame = getattr(train[0], "frame", None)
         val = as_samples(val, name="validation") if val else None
         if val:
@@ -536,6 +582,7 @@ class Trainer:
                               f"({float(state.get('train_seconds', 0.0)):g} s of {budget:g} s); resume with "
                               + (f"seconds={stored:g}" if stored is not None else "seconds=None")
                               + " to follow the run's own schedule", UserWarning, stacklevel=2)
+            self._resume_between_nodes(state, last, train)
             op.load_state_dict(state["state_dict"])
             optimizer.load_state_dict(state["optimizer"])
             schedule.load_state_dict(state["scheduler"])
