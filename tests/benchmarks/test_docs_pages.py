@@ -8,7 +8,7 @@ import torch
 SCRIPTS = {"galerkin_experiments": [], "lorenz_cde": [], "kolmogorov": [], "nao": ["radial"], "torus": [],
            "own_files": [], "scale": [], "spectral": [], "attention": [], "neighbors": [], "patch_attention": [],
            "training_step": [], "coordinate_features": [], "darcy_floor": [], "darcy_generation": [],
-           "imports": [], "darcy_calvello": [], "vit_transfer": [], "contract": [], "darcy_race": []}
+           "imports": [], "darcy_calvello": [], "vit_transfer": [], "contract": [], "darcy_race": [], "refinement_3d": []}
 
 
 @pytest.fixture(autouse=True)
@@ -46,10 +46,15 @@ RUNS = {
     "patch_attention": ["--nodes", "300", "--parts", "4", "--repeat", "1", "--channels", "8", "--num-heads", "2"],
     "attention": ["--device", "cpu", "--nodes", "128", "--memory-nodes", "200", "400", "--galerkin-nodes", "200",
                   "--repeat", "1", "--channels", "8", "--num-heads", "2"],
+    "refinement_3d": ["--n", "3", "--samples", "2"],
 }
 
 
-@pytest.mark.parametrize("name", sorted(RUNS))
+#: runs that start fresh processes (seconds each): with --slow only
+SLOW_RUNS = {"refinement_3d"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_RUNS else n for n in sorted(RUNS)])
 def test_tiny_run_writes_its_page(load_script, name, tmp_path):
     page = tmp_path / "docs" / f"{name}.md"
     load_script(name).main([*RUNS[name], "--docs", str(page)])
