@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from torch_geometric.nn import MessagePassing
 
 __all__ = ["GraphKernelIntegral"]
@@ -37,6 +38,12 @@ class GraphKernelIntegral(MessagePassing):
         hidden_channels: width of the default kernel MLP (default 64).
         kernel: a module mapping ``[E, 2d + 2F]`` to ``[E, C_out * C_in]`` to use instead of the
             default MLP (default ``None``).
+        edge_chunk: edges whose messages are computed at a time (default ``65536``). The kernel
+            matrices of all edges, ``[E, C_out, C_in]``, are never held at once: each chunk's
+            messages are added to the output and, when gradients are recorded, recomputed in the
+            backward pass, so the memory beyond the graph itself is ``O(N C + edge_chunk C_out
+            C_in)`` instead of growing with ``E C_out C_in`` (a ball holding a fixed share of the
+            nodes has ``E`` quadratic in ``N``).
 
     Shapes:
         - **input:** ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (optional and
@@ -47,9 +54,12 @@ class GraphKernelIntegral(MessagePassing):
     """
 
     def __init__(self, in_channels: int, out_channels: int, dim: int, feature_channels: int = 0,
-                 hidden_channels: int = 64, kernel: nn.Module | None = None):
+                 hidden_channels: int = 64, kernel: nn.Module | None = None, edge_chunk: int = 65536):
         super().__init__(aggr="add", flow="source_to_target", node_dim=0)
+        if edge_chunk < 1:
+            raise ValueError(f"edge_chunk must be at least 1, got {edge_chunk}")
         self.in_channels, self.out_channels, self.dim = in_channels, out_channels, dim
+        self.edge_chunk = int(edge_chunk)
         self.feature_channels, self.hidden_channels = feature_channels, hidden_channels
         self.kernel = kernel if kernel is not None else nn.Sequential(
             nn.Linear(2 * dim + 2 * feature_channels, hidden_channels), nn.GELU(),
@@ -77,9 +87,21 @@ class GraphKernelIntegral(MessagePassing):
             raise ValueError("bipartite call with source features f needs f_query too")
         if f is None:
             f, f_query = pos.new_zeros(len(pos), 0), pos.new_zeros(len(pos_query), 0)
-        size = (len(pos), len(pos_query))
-        return self.propagate(edge_index, x=x, pos=(pos, pos_query), f=(f, f_query),
-                              weight=weight, size=size)
+        src, dst = edge_index
+        recompute = torch.is_grad_enabled() and src.numel() > self.edge_chunk
+        out = None
+        for start in range(0, max(src.numel(), 1), self.edge_chunk):
+            args = (x, pos, pos_query, f, f_query, weight,
+                    src[start:start + self.edge_chunk], dst[start:start + self.edge_chunk])
+            # recomputed in the backward pass, a chunk keeps nothing but references to its inputs
+            part = checkpoint(self._chunk, *args, use_reentrant=False) if recompute else self._chunk(*args)
+            out = part if out is None else out + part
+        return out
+
+    def _chunk(self, x, pos, pos_query, f, f_query, weight, j, i) -> torch.Tensor:
+        """The messages of the edges ``j -> i`` summed at their query nodes ``[Nq, C_out]``."""
+        msg = self.message(x[j], pos_query[i], pos[j], f_query[i], f[j], weight[j])  # (E_chunk, C_out)
+        return msg.new_zeros(len(pos_query), self.out_channels).index_add_(0, i, msg)
 
     def message(self, x_j: torch.Tensor, pos_i: torch.Tensor, pos_j: torch.Tensor,
                 f_i: torch.Tensor, f_j: torch.Tensor, weight_j: torch.Tensor) -> torch.Tensor:
