@@ -15,6 +15,13 @@ the multigrid's first grid sees of the domain: its covered fractions (``multigri
 distance to the boundary (``multigrid-distance``). Each ``--seeds`` value seeds the models'
 weights and sample order; the data are those of seed 0 for all. Each run is kept in
 ``OUT/<family>-<model>-s<seed>.json``; a rerun skips finished runs.
+
+With ``--tune-peer SECONDS``, FNO is the best of modes {8, 12, 16} x width {32, 64} (``--tune-modes``,
+``--tune-widths``) on a validation split of seed 0's training samples
+(:func:`darcy.tuning.select_peer`: each candidate trained for ``SECONDS``, once per family, before
+the race and outside every model's budget; kept in ``OUT/peer-<family>-<key>.json``); its runs are
+kept in ``OUT/<family>-neuralop-fno-tuned<SECONDS>-s<seed>.json`` with the selection, and the page
+names the selected configuration and gives every candidate's validation error.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from pathlib import Path
 import torch
 
 from darcy.race import SCALES, race_data, run_family
+from darcy.tuning import select_peer
 from results_page import add_docs_argument, markdown_table, write_page
 from timing import machine as describe_machine
 
@@ -43,20 +51,28 @@ def run(args) -> list[dict]:
     """Every (family, seed, model) run, from ``args.out`` where kept."""
     scale = replace(SCALES[args.scale], epochs=args.epochs or 10**6, seconds=args.seconds)
     runs = []
+    tune = args.tune_peer
     for family in args.families:
-        data = None
+        data = selection = None
         for seed in args.seeds:
             for name in args.models:
-                path = args.out / f"{family}-{name}-s{seed}.json"
+                tuned = tune is not None and name == PEER
+                path = args.out / f"{family}-{name}{f'-tuned{tune:g}' if tuned else ''}-s{seed}.json"
                 if not path.exists():
                     data = data or race_data(family, scale, 0, args.domain)
+                    if tuned and selection is None:  # once per family, on seed 0's data, its time not counted
+                        selection = select_peer(data, scale, args.domain, tune, args.tune_modes, args.tune_widths,
+                                                family=family, cache=args.out)
                     result = run_family(family, scale, [name], torch.device("cpu"), seed=seed, domain=args.domain,
-                                        data=data)
+                                        data=data, peer=selection["best"] if tuned else None)
                     report, row = result["report"], result["models"][name]
                     record = {"family": family, "model": name, "seed": seed, "epochs": row["epochs"],
                               "seconds_per_epoch": row["seconds_per_epoch"],
                               "test": {mesh: report.mean(name, mesh) for mesh in report.nodes},
                               "load": os.getloadavg()[0]}
+                    if tuned:
+                        record["tuning"] = {"seconds": tune, "best": selection["best"],
+                                            "candidates": selection["candidates"]}
                     args.out.mkdir(parents=True, exist_ok=True)
                     path.write_text(json.dumps(record))
                     print(family, name, seed, record["test"], file=sys.stderr)
@@ -78,12 +94,28 @@ def table(runs: list[dict]) -> str:
                 continue
             cells = [f"{mean[m][k]:.4f} [" + " / ".join(f"{r['test'][k]:.4f}" for r in rs) + "]" for k in meshes]
             ratio = [f"{mean[m][k] / mean[PEER][k]:.2f}" if PEER in mean else "–" for k in meshes]
-            rows.append([family, m, *cells, *ratio, f"{mean[m][meshes[-1]] / mean[m][meshes[0]]:.2f}",
+            best = rs[0].get("tuning", {}).get("best")
+            label = f"{m} (tuned: modes {best['modes']}, width {best['width']})" if best else m
+            rows.append([family, label, *cells, *ratio, f"{mean[m][meshes[-1]] / mean[m][meshes[0]]:.2f}",
                          f"{statistics.fmean(r['epochs'] for r in rs):.0f}",
                          f"{statistics.fmean(r['seconds_per_epoch'] for r in rs):.1f}"])
     head = ["family", "model", *[f"{k} (mean [seeds])" for k in meshes], *[f"{k} / FNO" for k in meshes],
             f"{meshes[-1]} / {meshes[0]}", "epochs", "s / epoch"]
     return markdown_table(head, rows)
+
+
+def tuning_table(runs: list[dict]) -> str:
+    """One row per family and FNO candidate of ``--tune-peer``: its validation error, epochs and
+    training seconds (or why it was skipped), the selected one marked."""
+    rows = []
+    for family in dict.fromkeys(r["family"] for r in runs):
+        tuning = next((r["tuning"] for r in runs if r["family"] == family and "tuning" in r), None)
+        for c in tuning["candidates"] if tuning else []:
+            chosen = (c["modes"], c["width"]) == (tuning["best"]["modes"], tuning["best"]["width"])
+            scored = [f"{c['val_error']:.4f}", c["epochs"], f"{c['train_seconds']:.1f}"] if "val_error" in c \
+                else [f"skipped: {c['skipped']}", "–", "–"]
+            rows.append([family, c["modes"], c["width"], *scored, "selected" if chosen else ""])
+    return markdown_table(["family", "FNO modes", "width", "validation error", "epochs", "train s", ""], rows)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -96,6 +128,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--epochs", type=int, help="epochs per model (equal epochs)")
     parser.add_argument("--seconds", type=float, help="training time per model (equal time)")
     parser.add_argument("--out", type=Path, required=True, help="folder of the runs (a rerun skips finished runs)")
+    parser.add_argument("--tune-peer", type=float, metavar="SECONDS",
+                        help="race the best FNO of modes {8, 12, 16} x width {32, 64} on a validation split, "
+                             "each candidate trained SECONDS (not counted in the race)")
+    parser.add_argument("--tune-modes", nargs="+", type=int, default=[8, 12, 16], help="FNO's candidate modes")
+    parser.add_argument("--tune-widths", nargs="+", type=int, default=[32, 64], help="FNO's candidate widths")
     add_docs_argument(parser)
     args = parser.parse_args(argv)
     if (args.epochs is None) == (args.seconds is None):
@@ -105,6 +142,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     tic = time.time()
     runs = run(args)
     text = table(runs)
+    tuned = any("tuning" in r for r in runs)
+    if tuned:
+        text += "\n\nFNO's candidates on the validation split (the last fifth of seed 0's training samples):\n\n"
+        text += tuning_table(runs)
     print(text)
     if args.docs:
         budget = f"{args.epochs} epochs" if args.epochs else f"{args.seconds:.0f} s"
@@ -113,7 +154,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                    "(`benchmarks/geometry_input.py`)", command, text,
                    f"{describe_machine(torch.device('cpu'))}; {time.time() - tic:.0f} s in this call; load "
                    f"{os.getloadavg()[0]:.1f} at the end; recorded {time.strftime('%Y-%m-%d')}",
-                   f"Domain {args.domain}; every model {budget}.")
+                   f"Domain {args.domain}; every model {budget}."
+                   + (f" FNO tuned: the best of modes {args.tune_modes} x width {args.tune_widths} on a validation "
+                      f"split of the training samples, each candidate trained {args.tune_peer:g} s outside the "
+                      "budget." if tuned else ""))
     return runs
 
 

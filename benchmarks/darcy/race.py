@@ -218,7 +218,8 @@ def mesh_fno_modes(mesh_n: int, domain: str = "square", most: int | None = None,
     return modes if most is None else min(modes, most)
 
 
-def model_factories(scale: Scale, names: list[str] | None = None, domain: str = "square") -> dict[str, callable]:
+def model_factories(scale: Scale, names: list[str] | None = None, domain: str = "square",
+                    peer: dict | None = None) -> dict[str, callable]:
     """Constructors of every model to compare (geoattn ones that exist, neuralop ones if installed).
 
     Every model gets the scale's ``width`` and ``depth``; the graph-kernel models (and GINO) a ball
@@ -226,7 +227,8 @@ def model_factories(scale: Scale, names: list[str] | None = None, domain: str = 
     :func:`patch_resolution`; the mesh-native FNO (``mesh_fno``) the modes of
     :func:`mesh_fno_modes`, at most half the grid FNO's ``modes`` (neuralop's ``n_modes`` counts
     frequencies of both signs, ``K`` here is the largest ``|m|``); the slice transformer (``slice``)
-    its default heads and slices."""
+    its default heads and slices. ``peer``: FNO's configuration instead of :func:`peer_configuration`
+    (e.g. :func:`darcy.tuning.select_peer`'s choice; GINO keeps the default's grid and modes)."""
     out = {}
     radius = 2.5 * cell_size(scale.mesh_n, domain)
     for name, cls in MODELS.items():  # the registry holds the field-to-field models only
@@ -257,7 +259,7 @@ def model_factories(scale: Scale, names: list[str] | None = None, domain: str = 
         fno = peer_configuration(scale, domain)
         gino = dict(grid=fno["grid"], modes=fno["modes"], width=scale.width)
         out["neuralop-gino"] = lambda: MeshGINO(in_channels=1, out_channels=1, radius=radius, **gino)
-        out["neuralop-fno"] = lambda: GridFNO(in_channels=1, out_channels=1, **fno)
+        out["neuralop-fno"] = lambda: GridFNO(in_channels=1, out_channels=1, **(peer or fno))
     from physicsnemo_transolver import load_transolver
 
     if load_transolver() is None:
@@ -361,11 +363,12 @@ def race_data(family: str, scale: Scale, seed: int = 0, domain: str = "square") 
 
 def run_family(family: str, scale: Scale, names: list[str] | None, device: torch.device,
                seed: int = 0, domain: str = "square", reference: bool = False, resolve: bool = False,
-               data: dict | None = None) -> dict:
+               data: dict | None = None, peer: dict | None = None) -> dict:
     """Train every model on one coefficient family and score it on every mesh of the domain
     (with ``reference``, also against :func:`reference_targets`; with ``resolve``, also each
     model wrapped in :class:`geoattn.operators.RefinedOperator`). ``data``: the samples of
-    :func:`race_data`, made already (default: made here)."""
+    :func:`race_data`, made already (default: made here); ``peer``: FNO's configuration
+    (:func:`model_factories`)."""
     if domain in PER_SAMPLE and (reference or scale.symmetries):
         raise ValueError(f"the {domain!r} domain gives every sample its own domain: no reference targets "
                          "or symmetries")
@@ -391,7 +394,7 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
     # geoattn's models, with refine_data: the loss against the data's interpolants between the nodes too
     fine = (data.get("refined") or refined_samples(train)) if scale.refine_data else train
     size = supersampled_size(scale.mesh_n, domain, scale.supersample)
-    for name, make in model_factories(scale, names, domain).items():
+    for name, make in model_factories(scale, names, domain, peer).items():
         def build(name=name, make=make):
             model = make()
             if scale.supersample > 1 and name in MODELS:  # geoattn's own models; the peers see the nodes
