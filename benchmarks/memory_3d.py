@@ -157,7 +157,7 @@ def summary(results: dict, models: list[str], sizes: list[int], fit_gib: float =
     if failed:
         parts.append("Failed or refused: " + ", ".join(failed) + ".")
     if growth:
-        parts.append(f"Growth from {small}^3 to {large}^3 cells ({ratio:.1f}x the nodes) of the memory the steps add "
+        parts.append(f"Growth from n = {small} to n = {large} cells per side ({ratio:.1f}x the nodes) of the memory the steps add "
                      "and of the second step's time, as powers of the node count: " + ", ".join(growth) + ".")
     return " ".join(parts)
 
