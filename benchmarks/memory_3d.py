@@ -1,6 +1,6 @@
 """Peak memory and step time of every registered model training on tetrahedral meshes.
 
-    python benchmarks/memory_3d.py --threads 1 --docs docs/results/memory_3d.md
+    python benchmarks/memory_3d.py --threads 1 --also tno:31 --docs docs/results/memory_3d.md
 
 Each (model, mesh) runs in a fresh process, its address space capped at ``--cap`` GiB: the model
 is built as ``geoattn train`` builds it (``build_model(name, in_channels=1, out_channels=1,
@@ -8,7 +8,8 @@ dim=3)``, every other option at its default, float32), fitted to the mesh (``fit
 takes two training steps (forward, relative L2 loss, backward, AdamW step) on a batch of two
 samples on the tetrahedral unit cube ``unit_cube(n, "tetra")`` with its cells (``n = 12``: 2 197
 nodes, ``n = 21``: 10 648 nodes). The first step builds the per-mesh structure the model keeps on
-the mesh; the second is the steady state.
+the mesh; the second is the steady state. ``--also MODEL:N`` adds rows, e.g. a cube on which a
+model refuses to build its dense attention.
 
 Reported per row: the resident memory before the steps (interpreter, torch, mesh, model) and the
 process's peak resident memory (``VmHWM``), the seconds of each step, and a failure's one-line
@@ -118,7 +119,7 @@ def measure(name: str, n: int, threads: int, cap_gib: float, timeout: float, ste
 def is_refusal(error: str) -> bool:
     """Whether a failure is a model's own refusal of the mesh (a typed geoattn error), not a crash
     or an allocation over the cap."""
-    return error.split(":")[0].endswith(("ConfigError", "MeshError", "SizeError", "DimensionError"))
+    return error.split(":")[0].endswith(("ConfigError", "MeshError", "TooLargeError", "DimensionError"))
 
 
 def row(name: str, n: int, r: dict) -> list:
@@ -126,10 +127,15 @@ def row(name: str, n: int, r: dict) -> list:
     peak = f"{r['peak_mib']:.0f}" if r.get("peak_mib") else "–"
     if "error" in r:
         state = "refused" if is_refusal(r["error"]) else "failed"
-        return [f"`{name}`", nodes, "–", peak, "–", "–", f"{state}: {r['error'][:160].replace('|', '/')}"]
+        return [f"`{name}`", nodes, "–", peak, "–", "–", f"{state}: {r['error'][:400].replace('|', '/')}"]
     seconds = [f"{s:.2f}" for s in r["seconds"][:2]]
     seconds += ["–"] * (2 - len(seconds))
     return [f"`{name}`", nodes, f"{r['before_mib']:.0f}", peak, *seconds, "ok"]
+
+
+def spaced(k: int) -> str:
+    """``k`` with its thousands apart: ``10 648``."""
+    return f"{k:,}".replace(",", " ")
 
 
 def summary(results: dict, models: list[str], sizes: list[int], fit_gib: float = 4.0) -> str:
@@ -149,8 +155,7 @@ def summary(results: dict, models: list[str], sizes: list[int], fit_gib: float =
             mem = math.log(max(b["peak_mib"] - b["before_mib"], 1) / max(a["peak_mib"] - a["before_mib"], 1))
             time_ = math.log(b["seconds"][-1] / a["seconds"][-1])
             growth.append(f"`{name}` N^{mem / math.log(ratio):.1f} / N^{time_ / math.log(ratio):.1f}")
-    nodes = f"{(large + 1) ** 3:,}".replace(",", " ")
-    parts = [f"At {nodes} nodes (batch of 2), peak resident memory under {fit_gib:g} GiB: "
+    parts = [f"At {spaced((large + 1) ** 3)} nodes (batch of 2), peak resident memory under {fit_gib:g} GiB: "
              + (", ".join(fit) or "none") + "."]
     if over:
         parts.append(f"Over {fit_gib:g} GiB: " + ", ".join(over) + ".")
@@ -159,6 +164,12 @@ def summary(results: dict, models: list[str], sizes: list[int], fit_gib: float =
     if growth:
         parts.append(f"Growth from n = {small} to n = {large} cells per side ({ratio:.1f}x the nodes) of the memory the steps add "
                      "and of the second step's time, as powers of the node count: " + ", ".join(growth) + ".")
+    for key, r in results.items():
+        name, n = key.split("/")
+        if int(n) not in sizes and "error" in r:
+            state = "refused" if is_refusal(r["error"]) else "failed"
+            parts.append(f"At {spaced((int(n) + 1) ** 3)} nodes `{name}` {state} ({r['error'].split(':')[0]}; "
+                         "its message is in the table).")
     return " ".join(parts)
 
 
@@ -175,6 +186,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--cap", type=float, default=8.0, help="address-space cap per run, GiB")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
     parser.add_argument("--steps", type=int, default=2, help="training steps per run")
+    parser.add_argument("--also", nargs="*", default=[], metavar="MODEL:N",
+                        help="further rows: MODEL on the cube of N cells per side (e.g. tno:31, where "
+                             "dense attention refuses the mesh)")
     parser.add_argument("--child", nargs=2, metavar=("MODEL", "N"),
                         help="take the steps of MODEL on the cube of N cells per side in this process "
                              "and print the result as one JSON line")
@@ -185,12 +199,13 @@ def main(argv=None) -> dict:
         return {}
     start_load = "/".join(f"{v:.1f}" for v in os.getloadavg())
     results, rows = {}, []
-    for name in args.models:
-        for n in args.sizes:
-            r = measure(name, n, args.threads, args.cap, args.timeout, args.steps)
-            results[f"{name}/{n}"] = r
-            rows.append(row(name, n, r))
-            print(" | ".join(str(c) for c in rows[-1]), flush=True)
+    runs = [(name, n) for name in args.models for n in args.sizes]
+    runs += [(extra.split(":")[0], int(extra.split(":")[1])) for extra in args.also]
+    for name, n in runs:
+        r = measure(name, n, args.threads, args.cap, args.timeout, args.steps)
+        results.setdefault(f"{name}/{n}", r)
+        rows.append(row(name, n, r))
+        print(" | ".join(str(c) for c in rows[-1]), flush=True)
     table = markdown_table(HEADER, rows)
     print(table)
     if args.docs:
