@@ -47,23 +47,23 @@ PEER = "neuralop-fno"
 MODELS = ("multigrid", "multigrid-distance", PEER)
 
 
-def run(args) -> list[dict]:
-    """Every (family, seed, model) run, from ``args.out`` where kept."""
-    scale = replace(SCALES[args.scale], epochs=args.epochs or 10**6, seconds=args.seconds)
+def run(domain: str, families: list[str], seeds: list[int], models: list[str], out: Path, scale,
+        tune: float | None = None, tune_modes=(8, 12, 16), tune_widths=(32, 64)) -> list[dict]:
+    """Every (family, seed, model) run on ``domain`` at ``scale`` (a :class:`darcy.race.Scale`),
+    from ``out`` where kept; ``tune``: FNO's candidates' seconds (:func:`darcy.tuning.select_peer`)."""
     runs = []
-    tune = args.tune_peer
-    for family in args.families:
+    for family in families:
         data = selection = None
-        for seed in args.seeds:
-            for name in args.models:
+        for seed in seeds:
+            for name in models:
                 tuned = tune is not None and name == PEER
-                path = args.out / f"{family}-{name}{f'-tuned{tune:g}' if tuned else ''}-s{seed}.json"
+                path = out / f"{family}-{name}{f'-tuned{tune:g}' if tuned else ''}-s{seed}.json"
                 if not path.exists():
-                    data = data or race_data(family, scale, 0, args.domain)
+                    data = data or race_data(family, scale, 0, domain)
                     if tuned and selection is None:  # once per family, on seed 0's data, its time not counted
-                        selection = select_peer(data, scale, args.domain, tune, args.tune_modes, args.tune_widths,
-                                                family=family, cache=args.out)
-                    result = run_family(family, scale, [name], torch.device("cpu"), seed=seed, domain=args.domain,
+                        selection = select_peer(data, scale, domain, tune, tune_modes, tune_widths,
+                                                family=family, cache=out)
+                    result = run_family(family, scale, [name], torch.device("cpu"), seed=seed, domain=domain,
                                         data=data, peer=selection["best"] if tuned else None)
                     report, row = result["report"], result["models"][name]
                     record = {"family": family, "model": name, "seed": seed, "epochs": row["epochs"],
@@ -73,7 +73,7 @@ def run(args) -> list[dict]:
                     if tuned:
                         record["tuning"] = {"seconds": tune, "best": selection["best"],
                                             "candidates": selection["candidates"]}
-                    args.out.mkdir(parents=True, exist_ok=True)
+                    out.mkdir(parents=True, exist_ok=True)
                     path.write_text(json.dumps(record))
                     print(family, name, seed, record["test"], file=sys.stderr)
                 runs.append(json.loads(path.read_text()))
@@ -118,10 +118,22 @@ def tuning_table(runs: list[dict]) -> str:
     return markdown_table(["family", "FNO modes", "width", "validation error", "epochs", "train s", ""], rows)
 
 
+def write_race_page(path: Path, script: str, argv: list[str] | None, title: str, text: str, tic: float,
+                    notes: str) -> None:
+    """Write the results page of ``benchmarks/<script>.py`` run with ``argv`` (default the
+    command line's), begun at ``tic``: the machine, the time in the call, the load at its end."""
+    command = " ".join(["python", f"benchmarks/{script}.py", *(argv if argv is not None else sys.argv[1:])])
+    write_page(path, f"{title} (`benchmarks/{script}.py`)", command, text,
+               f"{describe_machine(torch.device('cpu'))}; {time.time() - tic:.0f} s in this call; load "
+               f"{os.getloadavg()[0]:.1f} at the end; recorded {time.strftime('%Y-%m-%d')}", notes)
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", default="race", choices=list(SCALES), help="the race's scale (default race)")
     parser.add_argument("--domain", default="random_holes", help="the race's domain (default random_holes)")
+    parser.add_argument("--mesh-n", type=int, help="the training mesh's size (cells per side on the square and "
+                        "the cube; default the scale's)")
     parser.add_argument("--families", nargs="+", default=["piecewise"], help="coefficient laws (default piecewise)")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
@@ -140,7 +152,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     torch.set_num_threads(1)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     tic = time.time()
-    runs = run(args)
+    scale = replace(SCALES[args.scale], epochs=args.epochs or 10**6, seconds=args.seconds)
+    scale = replace(scale, mesh_n=args.mesh_n or scale.mesh_n)
+    runs = run(args.domain, args.families, args.seeds, args.models, args.out, scale, args.tune_peer,
+               args.tune_modes, args.tune_widths)
     text = table(runs)
     tuned = any("tuning" in r for r in runs)
     if tuned:
@@ -149,15 +164,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(text)
     if args.docs:
         budget = f"{args.epochs} epochs" if args.epochs else f"{args.seconds:.0f} s"
-        command = " ".join(["python", "benchmarks/geometry_input.py", *(argv if argv is not None else sys.argv[1:])])
-        write_page(args.docs, "Geometry as an input: the multigrid with the distance to the boundary "
-                   "(`benchmarks/geometry_input.py`)", command, text,
-                   f"{describe_machine(torch.device('cpu'))}; {time.time() - tic:.0f} s in this call; load "
-                   f"{os.getloadavg()[0]:.1f} at the end; recorded {time.strftime('%Y-%m-%d')}",
-                   f"Domain {args.domain}; every model {budget}."
-                   + (f" FNO tuned: the best of modes {args.tune_modes} x width {args.tune_widths} on a validation "
-                      f"split of the training samples, each candidate trained {args.tune_peer:g} s outside the "
-                      "budget." if tuned else ""))
+        write_race_page(args.docs, "geometry_input", argv, "Geometry as an input: the multigrid with the "
+                        "distance to the boundary", text, tic,
+                        f"Domain {args.domain}; every model {budget}."
+                        + (f" FNO tuned: the best of modes {args.tune_modes} x width {args.tune_widths} on a "
+                           f"validation split of the training samples, each candidate trained {args.tune_peer:g} s "
+                           "outside the budget." if tuned else ""))
     return runs
 
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .race import Scale
 
 
-DOMAINS = ("square", "lshape", "holes", "square_holes", "pores", "heldout", "random_holes")
+DOMAINS = ("square", "lshape", "holes", "square_holes", "pores", "heldout", "random_holes", "cube")
 #: Domains whose every sample has a domain and a mesh of its own (:mod:`darcy.random_holes`).
 PER_SAMPLE = ("random_holes",)
 HOLES_MESH = Path(__file__).resolve().parents[2] / "meshes" / "disk_two_holes.msh"
@@ -56,18 +56,21 @@ HELDOUT_H = 0.03
 #: Longest chord of the polygons that stand for the curved boundaries in every mesh of the domain
 #: (the tests check it): :func:`inside` counts points within twice its sagitta as inside.
 CHORDS = {"holes": HOLES_H, "square_holes": 1.3 * SQUARE_HOLES_H, "pores": 0.012, "heldout": 1.3 * HELDOUT_H}
+#: ``cube``: the unit cube's tetrahedral meshes (the race's 3-D family); the coefficient field's
+#: cosine modes per axis there (the 2-D domains keep the ``"cao"`` preset's 32).
+CUBE_MODES = 12
 #: Isometries that leave each domain, the Darcy problem (source 1, zero boundary values) and the
 #: coefficient law on the domain's bounding box invariant (the holed disk has none but the identity).
 SYMMETRIES = {"square": dihedral(4, (0.5, 0.5)), "lshape": dihedral(1, (0.0, 0.0), -np.pi / 4)}
 
 
 def jitter(mesh, amplitude: float = 0.25, seed: int = 0):
-    """A copy of a triangle mesh with every interior node moved by up to ``amplitude`` times its
-    shortest incident edge per coordinate (boundary nodes stay, so the domain is unchanged); the
-    amplitude is halved until every cell keeps its orientation."""
+    """A copy of a triangle or tetrahedron mesh with every interior node moved by up to
+    ``amplitude`` times its shortest incident edge per coordinate (boundary nodes stay, so the
+    domain is unchanged); the amplitude is halved until every cell keeps its orientation."""
     m = families.to_skfem(mesh)
     p, t = m.p.T.copy(), m.t.T
-    edges = np.concatenate([t[:, [0, 1]], t[:, [1, 2]], t[:, [2, 0]]])
+    edges = np.concatenate([t[:, [i, j]] for i in range(t.shape[1]) for j in range(i + 1, t.shape[1])])
     length = np.linalg.norm(p[edges[:, 0]] - p[edges[:, 1]], axis=1)
     h = np.full(len(p), np.inf)
     np.minimum.at(h, edges[:, 0], length)
@@ -75,20 +78,21 @@ def jitter(mesh, amplitude: float = 0.25, seed: int = 0):
     move = np.random.default_rng(seed).uniform(-1, 1, p.shape) * h[:, None]
     move[m.boundary_nodes()] = 0.0
 
-    def areas(q):
-        a, b, c = q[t[:, 0]], q[t[:, 1]], q[t[:, 2]]
-        return (b - a)[:, 0] * (c - a)[:, 1] - (b - a)[:, 1] * (c - a)[:, 0]
+    def volumes(q):  # signed areas (volumes) of the cells, up to a factor
+        return np.linalg.det(q[t[:, 1:]] - q[t[:, :1]])
 
-    sign = np.sign(areas(p))
-    while amplitude > 1e-3 and np.any(np.sign(areas(p + amplitude * move)) != sign):
+    sign = np.sign(volumes(p))
+    while amplitude > 1e-3 and np.any(np.sign(volumes(p + amplitude * move)) != sign):
         amplitude /= 2
-    return _triangles(p + amplitude * move, t)
+    return _simplices(p + amplitude * move, t)
 
 
-def _triangles(points: np.ndarray, cells: np.ndarray):
+def _simplices(points: np.ndarray, cells: np.ndarray):
+    """The triangle (2-D points) or tetrahedron (3-D) mesh of ``points`` and ``cells``."""
     import skfem
 
-    return families.from_skfem(skfem.MeshTri1(np.ascontiguousarray(points.T), np.ascontiguousarray(cells.T)))
+    cls = skfem.MeshTri1 if points.shape[1] == 2 else skfem.MeshTet1
+    return families.from_skfem(cls(np.ascontiguousarray(points.T), np.ascontiguousarray(cells.T)))
 
 
 def _gmsh(name: str, geometry, h: float, size=None, algorithm: int = 6):
@@ -113,20 +117,20 @@ def _gmsh(name: str, geometry, h: float, size=None, algorithm: int = 6):
 
 
 def cached_mesh(name: str, make):
-    """The triangle mesh ``make()`` gives, as :func:`_triangles`; with the environment variable
+    """The triangle mesh ``make()`` gives, as :func:`_simplices`; with the environment variable
     ``DARCY_MESH_CACHE`` naming a folder, read from ``name.npz`` there when present and written
     there when made (for machines without gmsh: fill the folder where gmsh is, carry it over)."""
     cache = os.environ.get("DARCY_MESH_CACHE")
     path = Path(cache) / f"{name}.npz" if cache else None
     if path is not None and path.exists():
         saved = np.load(path)
-        return _triangles(saved["points"], saved["cells"])
+        return _simplices(saved["points"], saved["cells"])
     mesh = make()
     points, cells = mesh.points[:, :2], mesh.cells_dict["triangle"]
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         np.savez(path, points=points, cells=cells)
-    return _triangles(points, cells)
+    return _simplices(points, cells)
 
 
 def _square_without(discs):
@@ -188,6 +192,15 @@ def _fixed_meshes(domain: str) -> dict[str, object]:
     return {"train": train, "refined": families.refine(train, 1), "graded": graded, "foreign": foreign}
 
 
+def graded_cube(n: int):
+    """The structured tetrahedral ``n x n x n`` cube mapped by ``(x, y, z) -> (x^2, y^2, z^2)``:
+    cells ``n^-2`` wide at the origin, ``2 / n`` at the far corner."""
+    import skfem
+
+    x = np.linspace(0.0, 1.0, n + 1) ** 2
+    return families.from_skfem(skfem.MeshTet1.init_tensor(x, x, x))
+
+
 def graded_square(n: int):
     """The structured ``n x n`` square mapped by ``(x, y) -> (x^p, y^p)``: ``p = 3``
     (:data:`geoattn.mesh.families.GRADING`) up to ``n = 16``, ``p = 2`` above, where the cubic
@@ -220,7 +233,12 @@ def benchmark_meshes(n: int, domain: str = "square") -> dict[str, object]:
 
     ``random_holes`` (:data:`PER_SAMPLE`: every sample on a domain and meshes of its own, see
     :mod:`darcy.random_holes`): the meshes of the first sample's domain, ``"train"`` with the
-    square's ``(n + 1)^2`` nodes and ``"finer"``; they size the models."""
+    square's ``(n + 1)^2`` nodes and ``"finer"``; they size the models.
+
+    ``cube`` (3-D): the structured tetrahedral mesh of the unit cube with ``n`` cells per side,
+    its interior nodes jittered (``(n + 1)^3`` nodes), its uniform refinement (8 times the
+    cells), the structured mesh graded toward the origin (:func:`graded_cube`) and a jittered
+    mesh with ``1.5 n`` cells per side."""
     if domain == "square":
         train = families.unit_square(n, "irregular", seed=0)
         return {"train": train, "refined": families.refine(train, 1),
@@ -236,7 +254,7 @@ def benchmark_meshes(n: int, domain: str = "square") -> dict[str, object]:
 
         with contextlib.redirect_stdout(io.StringIO()):  # meshio's gmsh reader prints a blank line
             train = meshio.read(HOLES_MESH)
-        train = _triangles(train.points[:, :2], train.cells_dict["triangle"])
+        train = _simplices(train.points[:, :2], train.cells_dict["triangle"])
         return {"train": train, "refined": families.refine(train, 1), "perturbed": jitter(train, seed=1)}
     if domain in ("square_holes", "pores", "heldout"):
         return _fixed_meshes(domain)
@@ -244,7 +262,22 @@ def benchmark_meshes(n: int, domain: str = "square") -> dict[str, object]:
         from .random_holes import example_meshes
 
         return example_meshes((n + 1) ** 2)
+    if domain == "cube":
+        train = jitter(families.unit_cube(n), seed=0)
+        return {"train": train, "refined": families.refine(train, 1), "graded": graded_cube(n),
+                "foreign": jitter(families.unit_cube(round(1.5 * n)), seed=1)}
     raise ValueError(f"domain must be one of {DOMAINS}, got {domain!r}")
+
+
+def mesh_dim(mesh) -> int:
+    """The dimension of a benchmark mesh's cells: 3 for tetrahedra, else 2 (2-D meshes may carry
+    a zero z column)."""
+    return 3 if "tetra" in mesh.cells_dict else 2
+
+
+def domain_dim(domain: str) -> int:
+    """The dimension of a domain of :data:`DOMAINS`."""
+    return 3 if domain == "cube" else 2
 
 
 def cell_size(n: int, domain: str = "square") -> float:
@@ -257,7 +290,7 @@ def cell_size(n: int, domain: str = "square") -> float:
 def inside(domain: str, points: np.ndarray) -> np.ndarray:
     """Which points ``[G, 2]`` lie in the (closed) domain."""
     x, y, tol = points[:, 0], points[:, 1], 1e-9
-    if domain == "square":
+    if domain in ("square", "cube"):
         return np.ones(len(points), dtype=bool)
     if domain == "lshape":
         return ~((x > tol) & (y < -tol))
@@ -321,9 +354,11 @@ def _solve_chunk(job) -> list[dict]:
 
 
 def coefficient_field(meshes: dict):
-    """The coefficient field preset on the bounding box of all the domain's meshes."""
-    points = np.concatenate([m.points[:, :2] for m in meshes.values()])
-    return preset("cao", box=(points.min(0), points.max(0)))
+    """The coefficient field preset on the bounding box of all the domain's meshes (in 3-D with
+    :data:`CUBE_MODES` modes per axis)."""
+    dim = mesh_dim(next(iter(meshes.values())))
+    points = np.concatenate([m.points[:, :dim] for m in meshes.values()])
+    return preset("cao", box=(points.min(0), points.max(0)), **({"modes": CUBE_MODES} if dim == 3 else {}))
 
 
 def reference_targets(meshes: dict, scale: Scale, family: str, field, seed: int = 0) -> dict[str, list]:

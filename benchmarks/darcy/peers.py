@@ -9,6 +9,8 @@ None of them takes the quadrature weights.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import torch
 from scipy.sparse import coo_matrix
@@ -59,27 +61,30 @@ class _MeshAdapter(NeuralOperator):
 
 
 def _grid(pos: torch.Tensor, s: int) -> np.ndarray:
-    """``s x s`` vertex grid on the bounding box of ``pos``, as points ``[s * s, 2]`` (ij order)."""
+    """The vertex grid of ``s`` points per axis on the bounding box of ``pos`` ``[N, d]``, as
+    points ``[s ** d, d]`` (ij order)."""
     lo, hi = pos.min(0).values.cpu().numpy(), pos.max(0).values.cpu().numpy()
-    axes = [np.linspace(lo[k], hi[k], s) for k in range(2)]
-    return np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, 2)
+    d = len(lo)
+    axes = [np.linspace(lo[k], hi[k], s) for k in range(d)]
+    return np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, d)
 
 
 def mesh_to_grid(pos: np.ndarray, grid: np.ndarray) -> coo_matrix:
     """Piecewise-linear interpolation from nodes to points as a sparse ``[G, N]`` matrix.
 
-    The Delaunay triangulation of the nodes and barycentric weights, as in scipy's
-    ``LinearNDInterpolator``; a point outside the hull takes its nearest node.
+    The Delaunay triangulation (tetrahedralisation in 3-D) of the nodes and barycentric weights,
+    as in scipy's ``LinearNDInterpolator``; a point outside the hull takes its nearest node.
     """
+    d = pos.shape[1]
     tri = Delaunay(pos)
     simplex = tri.find_simplex(grid, tol=1e-10)
     rows, cols, vals = [], [], []
     inside = simplex >= 0
-    t = tri.transform[simplex[inside]]  # [G_in, 3, 2]
-    lam = np.einsum("gij,gj->gi", t[:, :2], grid[inside] - t[:, 2])  # [G_in, 2]
-    bary = np.concatenate([lam, 1 - lam.sum(1, keepdims=True)], 1)  # [G_in, 3]
+    t = tri.transform[simplex[inside]]  # [G_in, d + 1, d]
+    lam = np.einsum("gij,gj->gi", t[:, :d], grid[inside] - t[:, d])  # [G_in, d]
+    bary = np.concatenate([lam, 1 - lam.sum(1, keepdims=True)], 1)  # [G_in, d + 1]
     idx = np.flatnonzero(inside)
-    rows.append(np.repeat(idx, 3))
+    rows.append(np.repeat(idx, d + 1))
     cols.append(tri.simplices[simplex[inside]].ravel())
     vals.append(bary.ravel())
     outside = np.flatnonzero(~inside)
@@ -91,19 +96,20 @@ def mesh_to_grid(pos: np.ndarray, grid: np.ndarray) -> coo_matrix:
 
 
 def grid_to_mesh(pos: np.ndarray, lo: np.ndarray, hi: np.ndarray, s: int) -> coo_matrix:
-    """Bilinear interpolation from the ``s x s`` vertex grid on ``[lo, hi]`` to the nodes, ``[N, s*s]``."""
-    u = (pos - lo) / (hi - lo) * (s - 1)  # grid coordinates [N, 2]
+    """Multilinear (bilinear, trilinear) interpolation from the vertex grid of ``s`` points per
+    axis on ``[lo, hi]`` to the nodes ``[N, d]``, ``[N, s ** d]``."""
+    d = pos.shape[1]
+    u = (pos - lo) / (hi - lo) * (s - 1)  # grid coordinates [N, d]
     i0 = np.clip(np.floor(u).astype(int), 0, s - 2)
     f = u - i0
     rows, cols, vals = [], [], []
-    for di in (0, 1):
-        for dj in (0, 1):
-            w = (f[:, 0] if di else 1 - f[:, 0]) * (f[:, 1] if dj else 1 - f[:, 1])
-            rows.append(np.arange(len(pos)))
-            cols.append((i0[:, 0] + di) * s + i0[:, 1] + dj)
-            vals.append(w)
+    for corner in itertools.product((0, 1), repeat=d):
+        c = np.asarray(corner)
+        rows.append(np.arange(len(pos)))
+        cols.append(np.ravel_multi_index(tuple((i0 + c).T), (s,) * d))
+        vals.append(np.prod(np.where(c, f, 1 - f), axis=1))
     return coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                      shape=(len(pos), s * s))
+                      shape=(len(pos), s**d))
 
 
 def _sparse(m: coo_matrix, like: torch.Tensor) -> torch.Tensor:
@@ -139,8 +145,9 @@ def cells_to_grid(pos: np.ndarray, cells: np.ndarray, grid: np.ndarray, s: int) 
 
 
 def grid_operators(pos: np.ndarray, s: int, domain: str | None = None, cells: np.ndarray | None = None):
-    """Interpolation ``[s*s, N]`` from the nodes to the ``s x s`` grid on their bounding box, back
-    ``[N, s*s]``, and the grid's domain mask ``[s*s]`` (``None`` without a domain).
+    """Interpolation ``[s**d, N]`` from the nodes ``[N, d]`` to the grid of ``s`` points per axis
+    on their bounding box, back ``[N, s**d]``, and the grid's domain mask ``[s**d]`` (``None``
+    without a domain; masks are 2-D only).
 
     With a ``domain`` (:func:`inside`), the rows of the grid points outside it are zero: FNO sees
     zero there, and the mask channel tells it where the domain ends. ``domain="cells"``: the
@@ -164,7 +171,8 @@ def grid_operators(pos: np.ndarray, s: int, domain: str | None = None, cells: np
 
 
 class GridFNO(NeuralOperator):
-    """neuralop's FNO on an ``s x s`` grid, with linear interpolation mesh -> grid -> mesh.
+    """neuralop's FNO on an ``s x s`` grid (``s x s x s`` with ``dim=3``), with linear
+    interpolation mesh -> grid -> mesh.
 
     ``domain`` (a name of :func:`inside`): zero the grid points outside the domain and add a mask
     channel to FNO's input (``None``: the grid is the domain, no mask; ``"cells"``: each graph's
@@ -181,7 +189,9 @@ class GridFNO(NeuralOperator):
         self.domain = domain
         self.hparams = dict(in_channels=in_channels, out_channels=out_channels, dim=dim, grid=grid,
                             modes=modes, width=width, depth=depth, domain=domain)
-        self.fno = FNO(n_modes=(modes, modes), in_channels=in_channels + (domain is not None),
+        if dim == 3 and domain is not None:
+            raise ValueError("GridFNO masks 2-D domains only; in 3-D the grid is the mesh's bounding box")
+        self.fno = FNO(n_modes=(modes,) * dim, in_channels=in_channels + (domain is not None),
                        out_channels=out_channels, hidden_channels=width, n_layers=depth)
 
     def _operators(self, mesh: Mesh) -> tuple:
@@ -195,17 +205,17 @@ class GridFNO(NeuralOperator):
     def forward(self, x: torch.Tensor, mesh: Mesh) -> torch.Tensor:
         """Every graph interpolated to the grid with its own mesh's operators (kept in its memo),
         one FNO call on the stacked grids, each output read at its nodes."""
-        s = self.grid
+        s, shape = self.grid, (self.grid,) * self.dim
         ops = [m.structure(("grid_fno", s, self.domain), self._operators) for m in mesh.graphs()]
         xs = x.split(list(mesh.layout.counts))
         grids = []
         for xg, (to_grid, _, mask) in zip(xs, ops):
-            g = torch.sparse.mm(to_grid, xg).T.reshape(1, -1, s, s)  # [1, C, s, s]
+            g = torch.sparse.mm(to_grid, xg).T.reshape(1, -1, *shape)  # [1, C, s, s(, s)]
             if mask is not None:
-                g = torch.cat([g, mask.reshape(1, 1, s, s)], 1)
+                g = torch.cat([g, mask.reshape(1, 1, *shape)], 1)
             grids.append(g)
-        y = self.fno(torch.cat(grids))  # [B, C_out, s, s]
-        return torch.cat([torch.sparse.mm(to_mesh, y[k].reshape(-1, s * s).T)  # [N_k, C_out]
+        y = self.fno(torch.cat(grids))  # [B, C_out, s, s(, s)]
+        return torch.cat([torch.sparse.mm(to_mesh, y[k].reshape(-1, s**self.dim).T)  # [N_k, C_out]
                           for k, (_, to_mesh, _) in enumerate(ops)])
 
 

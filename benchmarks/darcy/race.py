@@ -32,7 +32,7 @@ from geoattn.operators import RefinedOperator
 from geoattn.nn.spectral import resolved_modes
 from geoattn.train import NormalizedOperator, symmetrize, train_ensemble
 
-from .meshes import (PER_SAMPLE, SYMMETRIES, benchmark_meshes, cell_size, coefficient_field,
+from .meshes import (PER_SAMPLE, SYMMETRIES, benchmark_meshes, cell_size, coefficient_field, domain_dim,
                      reference_targets, solve_samples)
 from .peers import GridFNO, MeshGINO, Transolver
 
@@ -104,19 +104,21 @@ def training_nodes(mesh_n: int, domain: str = "square") -> int:
 
 def domain_box(mesh_n: int, domain: str = "square") -> tuple[tuple[float, ...], tuple[float, ...]]:
     """The bounding box of all the domain's meshes, ``(lower, upper)`` corners."""
-    points = np.concatenate([m.points[:, :2] for m in benchmark_meshes(mesh_n, domain).values()])
+    dim = domain_dim(domain)
+    points = np.concatenate([m.points[:, :dim] for m in benchmark_meshes(mesh_n, domain).values()])
     return tuple(map(float, points.min(0))), tuple(map(float, points.max(0)))
 
 
 def peer_configuration(scale: Scale, domain: str = "square") -> dict:
-    """FNO through a grid as its users would configure it: ``s x s`` grid points with
-    ``s = round(sqrt(N))`` for the ``N`` nodes of the training mesh (unless the scale fixes
-    ``grid``), neuralop's example modes (``scale.modes``, at most ``s // 2``), 4 layers, the
-    scale's width; masked outside the domain unless it is the square (by each sample's own mesh
-    on the domains of :data:`PER_SAMPLE`)."""
-    s = scale.grid or round(training_nodes(scale.mesh_n, domain) ** 0.5)
-    mask = None if domain == "square" else "cells" if domain in PER_SAMPLE else domain
-    return dict(grid=s, modes=min(scale.modes, s // 2), width=scale.width, depth=4, domain=mask)
+    """FNO through a grid as its users would configure it: ``s`` grid points per axis with
+    ``s = round(N ** (1 / d))`` for the ``N`` nodes of the training mesh in ``d`` dimensions
+    (unless the scale fixes ``grid``), neuralop's example modes (``scale.modes``, at most
+    ``s // 2``), 4 layers, the scale's width; masked outside the domain unless it is the square
+    or the cube (by each sample's own mesh on the domains of :data:`PER_SAMPLE`)."""
+    dim = domain_dim(domain)
+    s = scale.grid or round(training_nodes(scale.mesh_n, domain) ** (1 / dim))
+    mask = None if domain in ("square", "cube") else "cells" if domain in PER_SAMPLE else domain
+    return dict(grid=s, modes=min(scale.modes, s // 2), width=scale.width, depth=4, domain=mask, dim=dim)
 
 
 def multigrid_configuration(scale: Scale, domain: str = "square", levels: int = 4) -> dict:
@@ -124,7 +126,7 @@ def multigrid_configuration(scale: Scale, domain: str = "square", levels: int = 
     training mesh has nodes (a multiple of ``2 ** (levels - 1)`` per axis), ``levels`` grids, and
     one smoothing step on the first grid, two on the others (``docs/choosing.rst``: the first
     grid's convolutions are most of a step's cost)."""
-    side = training_nodes(scale.mesh_n, domain) ** 0.5
+    side = training_nodes(scale.mesh_n, domain) ** (1 / domain_dim(domain))
     levels = max(1, min(levels, int(np.log2(side / 2)) + 1))  # at least 2 cells on the coarsest grid
     step = 2 ** (levels - 1)
     grid = max(2 * step, step * round(side / step))
@@ -230,6 +232,7 @@ def model_factories(scale: Scale, names: list[str] | None = None, domain: str = 
     its default heads and slices. ``peer``: FNO's configuration instead of :func:`peer_configuration`
     (e.g. :func:`darcy.tuning.select_peer`'s choice; GINO keeps the default's grid and modes)."""
     out = {}
+    dim = domain_dim(domain)
     radius = 2.5 * cell_size(scale.mesh_n, domain)
     for name, cls in MODELS.items():  # the registry holds the field-to-field models only
         params = inspect.signature(cls.__init__).parameters
@@ -247,10 +250,10 @@ def model_factories(scale: Scale, names: list[str] | None = None, domain: str = 
                 kw["local"] = {"radius": scale.mesh_fno_local * cell_size(scale.mesh_n, domain)}
             kw["modes"] = scale.mesh_fno_modes or mesh_fno_modes(scale.mesh_n, domain, max(1, scale.modes // 2),
                                                                  scale.supersample)
-        out[name] = lambda name=name, kw=kw: build_model(name, in_channels=1, out_channels=1, dim=2, **kw)
+        out[name] = lambda name=name, kw=kw: build_model(name, in_channels=1, out_channels=1, dim=dim, **kw)
         if "geometry" in params:  # the same model seeing the distance to the boundary too
             out[f"{name}-distance"] = lambda name=name, kw=kw: build_model(
-                name, in_channels=1, out_channels=1, dim=2, geometry="distance", **kw)
+                name, in_channels=1, out_channels=1, dim=dim, geometry="distance", **kw)
     try:
         import neuralop  # noqa: F401
     except ImportError:
@@ -266,7 +269,7 @@ def model_factories(scale: Scale, names: list[str] | None = None, domain: str = 
         log.warning("NVIDIA PhysicsNeMo is not installed: skipping its Transolver (see "
                     "benchmarks/physicsnemo_transolver.py for the install command)")
     else:
-        out["physicsnemo-transolver"] = lambda: Transolver(in_channels=1, out_channels=1, dim=2,
+        out["physicsnemo-transolver"] = lambda: Transolver(in_channels=1, out_channels=1, dim=dim,
                                                            width=scale.width, depth=scale.depth)
     if names:
         missing = set(names) - set(out)

@@ -158,7 +158,7 @@ def test_peers_get_the_configuration_their_users_would_pick(race):
     domain's bounding box."""
     scale = race.SCALES["race"]
     assert race.training_nodes(scale.mesh_n) == 1089
-    assert race.peer_configuration(scale) == dict(grid=33, modes=16, width=32, depth=4, domain=None)
+    assert race.peer_configuration(scale) == dict(grid=33, modes=16, width=32, depth=4, domain=None, dim=2)
     assert race.peer_configuration(scale, "lshape")["domain"] == "lshape"
     small = race.peer_configuration(replace(race.SCALES["tiny"], grid=None))  # 7 x 7 nodes: 7 points, 3 modes
     assert small["grid"] == 7 and small["modes"] == 3

@@ -56,7 +56,7 @@ def test_each_candidate_is_trained_on_the_fit_part_and_scored_on_the_held_out_pa
     assert [(kw["peer"]["modes"], kw["peer"]["width"]) for _, _, kw in calls] == [(2, 4), (2, 8), (3, 4), (3, 8)]
     for budget, names, kw in calls:
         assert names == ["neuralop-fno"] and budget.epochs == scale.epochs and budget.seconds is None
-        assert kw["peer"] == dict(grid=8, modes=kw["peer"]["modes"], width=kw["peer"]["width"], depth=4, domain="cells")
+        assert kw["peer"] == dict(grid=8, modes=kw["peer"]["modes"], width=kw["peer"]["width"], depth=4, domain="cells", dim=2)
         assert kw["data"]["train"] == fit and kw["data"]["test"]["validation"] == val and kw["data"]["val"] is None
     scored = [c for c in out["candidates"] if "val_error" in c]
     assert len(scored) == 4 and all(math.isfinite(c["val_error"]) and c["epochs"] == scale.epochs for c in scored)
@@ -64,7 +64,7 @@ def test_each_candidate_is_trained_on_the_fit_part_and_scored_on_the_held_out_pa
     assert [(c["modes"], c["width"]) for c in skipped] == [(5, 4), (5, 8)]
     assert all("s // 2 = 4" in c["skipped"] for c in skipped)
     best = min(scored, key=lambda c: c["val_error"])
-    assert out["best"] == dict(grid=8, modes=best["modes"], width=best["width"], depth=4, domain="cells")
+    assert out["best"] == dict(grid=8, modes=best["modes"], width=best["width"], depth=4, domain="cells", dim=2)
     assert (out["fit_samples"], out["val_samples"]) == (4, 1)
 
     def trained_again(*args, **kwargs):
