@@ -48,9 +48,10 @@ MODELS = ("multigrid", "multigrid-distance", PEER)
 
 
 def run(domain: str, families: list[str], seeds: list[int], models: list[str], out: Path, scale,
-        tune: float | None = None, tune_modes=(8, 12, 16), tune_widths=(32, 64)) -> list[dict]:
+        tune: float | None = None, tune_modes=(8, 12, 16), tune_widths=(32, 64), cache: Path | None = None) -> list[dict]:
     """Every (family, seed, model) run on ``domain`` at ``scale`` (a :class:`darcy.race.Scale`),
-    from ``out`` where kept; ``tune``: FNO's candidates' seconds (:func:`darcy.tuning.select_peer`)."""
+    from ``out`` where kept; ``tune``: FNO's candidates' seconds (:func:`darcy.tuning.select_peer`,
+    its selection kept in ``cache``, default ``out``)."""
     runs = []
     for family in families:
         data = selection = None
@@ -62,7 +63,7 @@ def run(domain: str, families: list[str], seeds: list[int], models: list[str], o
                     data = data or race_data(family, scale, 0, domain)
                     if tuned and selection is None:  # once per family, on seed 0's data, its time not counted
                         selection = select_peer(data, scale, domain, tune, tune_modes, tune_widths,
-                                                family=family, cache=out)
+                                                family=family, cache=cache or out)
                     result = run_family(family, scale, [name], torch.device("cpu"), seed=seed, domain=domain,
                                         data=data, peer=selection["best"] if tuned else None)
                     report, row = result["report"], result["models"][name]

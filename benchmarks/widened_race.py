@@ -26,6 +26,9 @@ seed 0's training samples, each candidate trained ``--tune-peer`` seconds outsid
 by :func:`geometry_input.run`; run one process per domain and law to use both cores, then the
 same command rereads them all and writes the page.
 
+With ``--equal-epochs`` the selected FNO is also trained for as many epochs as the multigrid made
+in its time (the mean over the seeds), and the page compares the two at equal epochs.
+
 The page gives every mesh's error (mean over the seeds), the ratio to FNO on each mesh, the
 multigrid's worst ratio to its training-mesh error on the meshes the targets name (refined and
 foreign, or finer), epochs, seconds per epoch and the load when each run ended, and checks the
@@ -75,6 +78,22 @@ def summary(domain: str, runs: list[dict]) -> list[list]:
     return rows
 
 
+def equal_epochs(domain: str, runs: list[dict], fno: list[dict]) -> list[list]:
+    """One row per law: the multigrid's errors (its equal-time runs, ``E`` epochs on average) ÷
+    those of FNO trained for ``E`` epochs (``fno``), each mesh's mean over the seeds."""
+    rows = []
+    for family in dict.fromkeys(r["family"] for r in fno):
+        mg = [r for r in runs if r["family"] == family and r["model"] == MODEL]
+        peer = [r for r in fno if r["family"] == family]
+        meshes = list(mg[0]["test"])
+        ratio = [statistics.fmean(r["test"][k] for r in mg) / statistics.fmean(r["test"][k] for r in peer)
+                 for k in meshes]
+        rows.append([domain, family, peer[0]["epochs"], " / ".join(f"{q:.2f}" for q in ratio) + f" ({' / '.join(meshes)})",
+                     "; ".join(f"{k} {statistics.fmean(r['test'][k] for r in peer):.4f}" for k in meshes),
+                     len(peer)])
+    return rows
+
+
 def errors(domain: str, runs: list[dict]) -> list[list]:
     """One row per law and model: each mesh's error (mean [each seed's]), epochs, s / epoch, load."""
     rows = []
@@ -107,6 +126,9 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
                         "(default: {8, 12, 16}, on the cube {4, 6})")
     parser.add_argument("--tune-widths", nargs="+", type=int, default=[32, 64], help="FNO's candidate widths")
     parser.add_argument("--out", type=Path, required=True, help="folder of the runs, one subfolder per domain")
+    parser.add_argument("--equal-epochs", action="store_true",
+                        help="also train the selected FNO for as many epochs as the multigrid made in its "
+                             "budget (the mean over the seeds), kept in OUT/<domain>/epochs<E>/")
     add_docs_argument(parser)
     args = parser.parse_args(argv)
     if (args.epochs is None) == (args.seconds is None):
@@ -114,19 +136,32 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     torch.set_num_threads(1)
     tic = time.time()
     base = replace(SCALES[args.scale], epochs=args.epochs or 10**6, seconds=args.seconds)
-    results, summaries, rows, tuning = {}, [], [], []
+    results, summaries, rows, tuning, matched = {}, [], [], [], []
     for domain in args.domains:
         mesh_n, modes = FAMILIES[domain]
         scale = replace(base, mesh_n=mesh_n or base.mesh_n) if args.scale != "tiny" else base
         runs = run(domain, args.families, args.seeds, [MODEL, PEER], args.out / domain, scale, args.tune_peer,
                    args.tune_modes or modes, args.tune_widths)
         results[domain] = runs
+        if args.equal_epochs:
+            for family in args.families:
+                mg = [r["epochs"] for r in runs if r["family"] == family and r["model"] == MODEL]
+                if not mg:
+                    continue
+                epochs = round(statistics.fmean(mg))
+                fno = run(domain, [family], args.seeds, [PEER], args.out / domain / f"epochs{epochs}",
+                          replace(scale, epochs=epochs, seconds=None), args.tune_peer, args.tune_modes or modes,
+                          args.tune_widths, cache=args.out / domain)
+                matched += equal_epochs(domain, runs, fno)
         summaries += summary(domain, runs)
         rows += errors(domain, runs)
         tuning.append(f"**{domain}**\n\n" + tuning_table(runs))
     text = (markdown_table(["family", "law", f"{MODEL} ÷ FNO per mesh", f"≤ {TARGET_RATIO} everywhere",
                             "worst ÷ train (refined, foreign / finer)", f"≤ {TARGET_MOVE}",
                             "s / epoch ÷ FNO's", "seeds"], summaries)
+            + (("\n\n## At equal epochs: FNO trained for the multigrid's epochs\n\n" + markdown_table(
+                ["family", "law", "epochs", f"{MODEL} ÷ FNO per mesh", "FNO's errors", "seeds"], matched))
+               if matched else "")
             + "\n\n## Errors (weighted relative L2, mean over the seeds [each seed's])\n\n"
             + markdown_table(["family", "law", "model", "test meshes", "epochs", "s / epoch", "load at the end"], rows)
             + "\n\n## FNO's candidates on the validation split\n\n" + "\n\n".join(tuning))

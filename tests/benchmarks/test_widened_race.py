@@ -119,11 +119,13 @@ def test_tiny_run_on_the_square_and_the_cube_writes_one_page(script, tmp_path):
     page = tmp_path / "page.md"
     argv = ["--scale", "tiny", "--domains", "square", "cube", "--families", "piecewise", "--seeds", "0",
             "--epochs", "1", "--tune-peer", "0.5", "--tune-modes", "2", "--tune-widths", "4",
-            "--out", str(tmp_path / "runs"), "--docs", str(page)]
+            "--out", str(tmp_path / "runs"), "--docs", str(page), "--equal-epochs"]
     results = script.main(argv)
     assert set(results) == {"square", "cube"}
     assert {r["model"] for r in results["cube"]} == {"multigrid", script.PEER}
     assert set(results["cube"][0]["test"]) == {"train", "refined", "graded", "foreign"}
     text = page.read_text()
     assert "| cube | piecewise |" in text and "| square | piecewise |" in text
+    assert "At equal epochs" in text and (tmp_path / "runs" / "cube" / "epochs1").is_dir()
+    assert not list((tmp_path / "runs" / "cube" / "epochs1").glob("peer-*"))  # the selection is reused
     assert script.main(argv) == results  # kept runs are reread, not trained again
