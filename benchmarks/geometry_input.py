@@ -48,10 +48,13 @@ MODELS = ("multigrid", "multigrid-distance", PEER)
 
 
 def run(domain: str, families: list[str], seeds: list[int], models: list[str], out: Path, scale,
-        tune: float | None = None, tune_modes=(8, 12, 16), tune_widths=(32, 64), cache: Path | None = None) -> list[dict]:
+        tune: float | None = None, tune_modes=(8, 12, 16), tune_widths=(32, 64), cache: Path | None = None,
+        reference: bool = False) -> list[dict]:
     """Every (family, seed, model) run on ``domain`` at ``scale`` (a :class:`darcy.race.Scale`),
     from ``out`` where kept; ``tune``: FNO's candidates' seconds (:func:`darcy.tuning.select_peer`,
-    its selection kept in ``cache``, default ``out``)."""
+    its selection kept in ``cache``, default ``out``); ``reference``: each model also scored
+    against the solutions on the training mesh refined twice (:func:`darcy.meshes.reference_targets`,
+    kept as the run's ``"reference"``)."""
     runs = []
     for family in families:
         data = selection = None
@@ -65,12 +68,14 @@ def run(domain: str, families: list[str], seeds: list[int], models: list[str], o
                         selection = select_peer(data, scale, domain, tune, tune_modes, tune_widths,
                                                 family=family, cache=cache or out)
                     result = run_family(family, scale, [name], torch.device("cpu"), seed=seed, domain=domain,
-                                        data=data, peer=selection["best"] if tuned else None)
+                                        data=data, peer=selection["best"] if tuned else None, reference=reference)
                     report, row = result["report"], result["models"][name]
                     record = {"family": family, "model": name, "seed": seed, "epochs": row["epochs"],
                               "seconds_per_epoch": row["seconds_per_epoch"],
                               "test": {mesh: report.mean(name, mesh) for mesh in report.nodes},
                               "load": os.getloadavg()[0]}
+                    if reference:
+                        record["reference"] = row["test_reference"]
                     if tuned:
                         record["tuning"] = {"seconds": tune, "best": selection["best"],
                                             "candidates": selection["candidates"]}

@@ -106,11 +106,15 @@ def test_summary_ratios_and_verdicts(script):
     assert row[2].startswith("0.80 / 0.70 / 0.86 / 0.73")
     assert row[3] == "missed"  # 0.857 on the graded mesh
     assert row[4] == "1.09" and row[5] == "met"  # the graded mesh's 1.5 is not scored; foreign 0.0218 / 0.020
-    assert row[6] == "3.00" and row[7] == 2
+    assert row[6] == "–" and row[7] == "3.00" and row[8] == 2  # no scores against the fine solutions
     finer = [_run("threephase", "multigrid", 0, {"train": 0.02, "finer": 0.0224}),
              _run("threephase", peer, 0, {"train": 0.05, "finer": 0.05})]
     (row,) = script.summary("random_holes", finer)
     assert row[3] == "met" and row[4] == "1.12" and row[5] == "missed"
+    for r, fine in zip(runs[:2], (0.030, 0.040)):  # against the fine solutions: refined 0.032 / train 0.030
+        r["reference"] = {"train": fine, "refined": fine + 0.002, "graded": 2 * fine, "foreign": fine}
+    (row,) = script.summary("square", runs)
+    assert row[6] == "1.06"  # (0.032 + 0.042) / (0.030 + 0.040); the graded mesh is not scored
 
 
 @pytest.mark.slow
@@ -119,7 +123,7 @@ def test_tiny_run_on_the_square_and_the_cube_writes_one_page(script, tmp_path):
     page = tmp_path / "page.md"
     argv = ["--scale", "tiny", "--domains", "square", "cube", "--families", "piecewise", "--seeds", "0",
             "--epochs", "1", "--tune-peer", "0.5", "--tune-modes", "2", "--tune-widths", "4",
-            "--out", str(tmp_path / "runs"), "--docs", str(page), "--equal-epochs"]
+            "--out", str(tmp_path / "runs"), "--docs", str(page), "--equal-epochs", "--reference-targets", "square"]
     results = script.main(argv)
     assert set(results) == {"square", "cube"}
     assert {r["model"] for r in results["cube"]} == {"multigrid", script.PEER}
@@ -128,4 +132,6 @@ def test_tiny_run_on_the_square_and_the_cube_writes_one_page(script, tmp_path):
     assert "| cube | piecewise |" in text and "| square | piecewise |" in text
     assert "At equal epochs" in text and (tmp_path / "runs" / "cube" / "epochs1").is_dir()
     assert not list((tmp_path / "runs" / "cube" / "epochs1").glob("peer-*"))  # the selection is reused
+    assert all(set(r["reference"]) == set(r["test"]) for r in results["square"])
+    assert "against the fine solutions" in text
     assert script.main(argv) == results  # kept runs are reread, not trained again
