@@ -31,6 +31,13 @@ against the solutions on the training mesh refined twice instead of each mesh's 
 a mesh's own targets carry its discretisation error, and a model fitted to the training mesh's
 targets carries that mesh's error to every other mesh.
 
+With ``--between-nodes LAMBDA`` the multigrid is also trained on the samples at the training
+mesh's nodes with the between-nodes loss (:mod:`geoattn.train.between_nodes`: the nodal error
+plus LAMBDA times the error at the once-refined mesh's new nodes, from one call) instead of on
+the samples carried to the refined mesh: in 3-D refining once multiplies the nodes by about 7,
+and the refined samples' step pays for all of them, while the between-nodes loss only reads the
+output there.
+
 With ``--equal-epochs`` the selected FNO is also trained for as many epochs as the multigrid made
 in its time (the mean over the seeds), and the page compares the two at equal epochs.
 
@@ -65,29 +72,38 @@ TARGET_RATIO, TARGET_MOVE = 0.8, 1.10
 REFERENCE = ("square", "square_holes", "pores")
 
 
+def ours(runs: list[dict]) -> list[str]:
+    """The geoattn models among ``runs`` (every model but FNO), in order of appearance."""
+    return [m for m in dict.fromkeys(r["model"] for r in runs) if m != PEER]
+
+
 def summary(domain: str, runs: list[dict]) -> list[list]:
-    """One row per law: the multigrid's error ÷ FNO's on each mesh (means over the seeds), its
-    worst ratio to its training-mesh error on the scored meshes, and whether both targets hold."""
+    """One row per law and geoattn model: its error ÷ FNO's on each mesh (means over the seeds),
+    its worst ratio to its training-mesh error on the scored meshes, and whether both targets hold."""
     rows = []
     for family in dict.fromkeys(r["family"] for r in runs):
-        of = {m: [r for r in runs if r["family"] == family and r["model"] == m] for m in (MODEL, PEER)}
-        if not all(of.values()):
-            continue
-        meshes = list(of[MODEL][0]["test"])
-        mean = {m: {k: statistics.fmean(r["test"][k] for r in rs) for k in meshes} for m, rs in of.items()}
-        ratio = {k: mean[MODEL][k] / mean[PEER][k] for k in meshes}
-        move = max(mean[MODEL][k] / mean[MODEL]["train"] for k in meshes if k in SCORED)
-        against = [r["reference"] for r in of[MODEL] if "reference" in r]
-        if against:  # the same ratio against the twice-refined training mesh's solutions
-            ref = {k: statistics.fmean(a[k] for a in against) for k in meshes}
-            continuum = f"{max(ref[k] / ref['train'] for k in meshes if k in SCORED):.2f}"
-        else:
-            continuum = "–"
-        speed = (statistics.fmean(r["seconds_per_epoch"] for r in of[MODEL])
-                 / statistics.fmean(r["seconds_per_epoch"] for r in of[PEER]))
-        rows.append([domain, family, " / ".join(f"{ratio[k]:.2f}" for k in meshes) + f" ({' / '.join(meshes)})",
-                     "met" if max(ratio.values()) <= TARGET_RATIO else "missed", f"{move:.2f}",
-                     "met" if move <= TARGET_MOVE else "missed", continuum, f"{speed:.2f}", len(of[MODEL])])
+        peer = [r for r in runs if r["family"] == family and r["model"] == PEER]
+        for model in ours(runs):
+            mine = [r for r in runs if r["family"] == family and r["model"] == model]
+            if not (mine and peer):
+                continue
+            meshes = list(mine[0]["test"])
+            mean = {m: {k: statistics.fmean(r["test"][k] for r in rs) for k in meshes}
+                    for m, rs in ((model, mine), (PEER, peer))}
+            ratio = {k: mean[model][k] / mean[PEER][k] for k in meshes}
+            move = max(mean[model][k] / mean[model]["train"] for k in meshes if k in SCORED)
+            against = [r["reference"] for r in mine if "reference" in r]
+            if against:  # the same ratio against the twice-refined training mesh's solutions
+                ref = {k: statistics.fmean(a[k] for a in against) for k in meshes}
+                continuum = f"{max(ref[k] / ref['train'] for k in meshes if k in SCORED):.2f}"
+            else:
+                continuum = "–"
+            speed = (statistics.fmean(r["seconds_per_epoch"] for r in mine)
+                     / statistics.fmean(r["seconds_per_epoch"] for r in peer))
+            rows.append([domain, family, model,
+                         " / ".join(f"{ratio[k]:.2f}" for k in meshes) + f" ({' / '.join(meshes)})",
+                         "met" if max(ratio.values()) <= TARGET_RATIO else "missed", f"{move:.2f}",
+                         "met" if move <= TARGET_MOVE else "missed", continuum, f"{speed:.2f}", len(mine)])
     return rows
 
 
@@ -101,7 +117,8 @@ def equal_epochs(domain: str, runs: list[dict], fno: list[dict]) -> list[list]:
         meshes = list(mg[0]["test"])
         ratio = [statistics.fmean(r["test"][k] for r in mg) / statistics.fmean(r["test"][k] for r in peer)
                  for k in meshes]
-        rows.append([domain, family, peer[0]["epochs"], " / ".join(f"{q:.2f}" for q in ratio) + f" ({' / '.join(meshes)})",
+        rows.append([domain, family, MODEL, peer[0]["epochs"],
+                     " / ".join(f"{q:.2f}" for q in ratio) + f" ({' / '.join(meshes)})",
                      "; ".join(f"{k} {statistics.fmean(r['test'][k] for r in peer):.4f}" for k in meshes),
                      len(peer)])
     return rows
@@ -111,7 +128,7 @@ def errors(domain: str, runs: list[dict]) -> list[list]:
     """One row per law and model: each mesh's error (mean [each seed's]), epochs, s / epoch, load."""
     rows = []
     for family in dict.fromkeys(r["family"] for r in runs):
-        for m in (MODEL, PEER):
+        for m in (*ours(runs), PEER):
             rs = [r for r in runs if r["family"] == family and r["model"] == m]
             if not rs:
                 continue
@@ -145,6 +162,10 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     parser.add_argument("--reference-targets", nargs="*", default=[], choices=REFERENCE, metavar="DOMAIN",
                         help="on these domains also score every model against the solutions on the training mesh "
                              "refined twice (the continuum's stand-in; not on the per-sample and 3-D families)")
+    parser.add_argument("--between-nodes", type=float, metavar="LAMBDA",
+                        help="also race the multigrid trained on the nodes with the between-nodes loss of weight "
+                             "LAMBDA (Trainer(between_nodes=LAMBDA)) instead of on the refined samples; kept in "
+                             "OUT/<domain>/between<LAMBDA>/")
     parser.add_argument("--equal-epochs", action="store_true",
                         help="also train the selected FNO for as many epochs as the multigrid made in its "
                              "budget (the mean over the seeds), kept in OUT/<domain>/epochs<E>/")
@@ -161,6 +182,12 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
         scale = replace(base, mesh_n=mesh_n or base.mesh_n) if args.scale != "tiny" else base
         runs = run(domain, args.families, args.seeds, [MODEL, PEER], args.out / domain, scale, args.tune_peer,
                    args.tune_modes or modes, args.tune_widths, reference=domain in args.reference_targets)
+        if args.between_nodes is not None:  # the multigrid trained on the nodes with the between-nodes loss
+            lam = args.between_nodes
+            variant = run(domain, args.families, args.seeds, [MODEL], args.out / domain / f"between{lam:g}",
+                          replace(scale, refine_data=False, between_nodes=lam),
+                          reference=domain in args.reference_targets)
+            runs += [dict(r, model=f"{MODEL}, between-nodes λ={lam:g}") for r in variant]
         results[domain] = runs
         if args.equal_epochs:
             for family in args.families:
@@ -175,11 +202,11 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
         summaries += summary(domain, runs)
         rows += errors(domain, runs)
         tuning.append(f"**{domain}**\n\n" + tuning_table(runs))
-    text = (markdown_table(["family", "law", f"{MODEL} ÷ FNO per mesh", f"≤ {TARGET_RATIO} everywhere",
+    text = (markdown_table(["family", "law", "model", "÷ FNO per mesh", f"≤ {TARGET_RATIO} everywhere",
                             "worst ÷ train (refined, foreign / finer)", f"≤ {TARGET_MOVE}",
                             "the same against the fine solutions", "s / epoch ÷ FNO's", "seeds"], summaries)
             + (("\n\n## At equal epochs: FNO trained for the multigrid's epochs\n\n" + markdown_table(
-                ["family", "law", "epochs", f"{MODEL} ÷ FNO per mesh", "FNO's errors", "seeds"], matched))
+                ["family", "law", "model", "epochs", "÷ FNO per mesh", "FNO's errors", "seeds"], matched))
                if matched else "")
             + "\n\n## Errors (weighted relative L2, mean over the seeds [each seed's])\n\n"
             + markdown_table(["family", "law", "model", "test meshes", "epochs", "s / epoch", "load at the end"], rows)

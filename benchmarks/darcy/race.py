@@ -67,6 +67,7 @@ class Scale:
     ensemble: int = 1  # members per model, each trained for 1 / ensemble of the budget; scored as their mean
     data_workers: int = 1  # processes solving the Darcy samples (the samples do not depend on it)
     refine_data: bool = False  # geoattn's models train on the samples carried to the training mesh refined once
+    between_nodes: float | None = None  # geoattn's models train with Trainer(between_nodes=λ) (not with refine_data)
 
 
 SCALES = {
@@ -395,6 +396,8 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
 
     report = CrossMeshReport({mesh: samples[0].num_nodes for mesh, samples in test.items()}, "train")
     # geoattn's models, with refine_data: the loss against the data's interpolants between the nodes too
+    if scale.refine_data and scale.between_nodes is not None:
+        raise ValueError("refine_data and between_nodes are two ways of training between the nodes: choose one")
     fine = (data.get("refined") or refined_samples(train)) if scale.refine_data else train
     size = supersampled_size(scale.mesh_n, domain, scale.supersample)
     for name, make in model_factories(scale, names, domain, peer).items():
@@ -414,7 +417,9 @@ def run_family(family: str, scale: Scale, names: list[str] | None, device: torch
             budget = None if scale.seconds is None else scale.seconds / scale.ensemble
             cpu = time.process_time()
             with PeakMemory(device) as mem:
-                ensemble = train_ensemble(build, fine if name in MODELS else train, val, members=scale.ensemble, seed=seed, epochs=scale.epochs,
+                between = {"between_nodes": scale.between_nodes} if name in MODELS and scale.between_nodes is not None else {}
+                ensemble = train_ensemble(build, fine if name in MODELS else train, val, **between,
+                                          members=scale.ensemble, seed=seed, epochs=scale.epochs,
                                           seconds=budget, batch_size=scale.batch_size, lr=scale.lr,
                                           weight_decay=scale.weight_decay, progress=False,
                                           restore_best=bool(val))  # a validation set: its best

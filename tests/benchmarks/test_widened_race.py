@@ -103,18 +103,22 @@ def test_summary_ratios_and_verdicts(script):
              _run("piecewise", peer, 1, {"train": 0.020, "refined": 0.030, "graded": 0.040, "foreign": 0.030})]
     (row,) = script.summary("square", runs)
     # FNO's means: 0.025 / 0.030 / 0.035 / 0.030; the multigrid's 0.020 / 0.021 / 0.030 / 0.0218
-    assert row[2].startswith("0.80 / 0.70 / 0.86 / 0.73")
-    assert row[3] == "missed"  # 0.857 on the graded mesh
-    assert row[4] == "1.09" and row[5] == "met"  # the graded mesh's 1.5 is not scored; foreign 0.0218 / 0.020
-    assert row[6] == "–" and row[7] == "3.00" and row[8] == 2  # no scores against the fine solutions
+    assert row[2] == "multigrid" and row[3].startswith("0.80 / 0.70 / 0.86 / 0.73")
+    assert row[4] == "missed"  # 0.857 on the graded mesh
+    assert row[5] == "1.09" and row[6] == "met"  # the graded mesh's 1.5 is not scored; foreign 0.0218 / 0.020
+    assert row[7] == "–" and row[8] == "3.00" and row[9] == 2  # no scores against the fine solutions
     finer = [_run("threephase", "multigrid", 0, {"train": 0.02, "finer": 0.0224}),
              _run("threephase", peer, 0, {"train": 0.05, "finer": 0.05})]
     (row,) = script.summary("random_holes", finer)
-    assert row[3] == "met" and row[4] == "1.12" and row[5] == "missed"
+    assert row[4] == "met" and row[5] == "1.12" and row[6] == "missed"
     for r, fine in zip(runs[:2], (0.030, 0.040)):  # against the fine solutions: refined 0.032 / train 0.030
         r["reference"] = {"train": fine, "refined": fine + 0.002, "graded": 2 * fine, "foreign": fine}
     (row,) = script.summary("square", runs)
-    assert row[6] == "1.06"  # (0.032 + 0.042) / (0.030 + 0.040); the graded mesh is not scored
+    assert row[7] == "1.06"  # (0.032 + 0.042) / (0.030 + 0.040); the graded mesh is not scored
+    other = [dict(r, model="multigrid, other", test={k: 2 * v for k, v in r["test"].items()}) for r in runs[:2]]
+    rows = script.summary("square", runs + other)
+    assert [r[2] for r in rows] == ["multigrid", "multigrid, other"]
+    assert rows[1][3].startswith("1.60 / 1.40")  # each geoattn model against the same FNO
 
 
 @pytest.mark.slow
@@ -123,10 +127,11 @@ def test_tiny_run_on_the_square_and_the_cube_writes_one_page(script, tmp_path):
     page = tmp_path / "page.md"
     argv = ["--scale", "tiny", "--domains", "square", "cube", "--families", "piecewise", "--seeds", "0",
             "--epochs", "1", "--tune-peer", "0.5", "--tune-modes", "2", "--tune-widths", "4",
-            "--out", str(tmp_path / "runs"), "--docs", str(page), "--equal-epochs", "--reference-targets", "square"]
+            "--out", str(tmp_path / "runs"), "--docs", str(page), "--equal-epochs", "--reference-targets", "square",
+            "--between-nodes", "1"]
     results = script.main(argv)
     assert set(results) == {"square", "cube"}
-    assert {r["model"] for r in results["cube"]} == {"multigrid", script.PEER}
+    assert {r["model"] for r in results["cube"]} == {"multigrid", "multigrid, between-nodes λ=1", script.PEER}
     assert set(results["cube"][0]["test"]) == {"train", "refined", "graded", "foreign"}
     text = page.read_text()
     assert "| cube | piecewise |" in text and "| square | piecewise |" in text
@@ -134,4 +139,6 @@ def test_tiny_run_on_the_square_and_the_cube_writes_one_page(script, tmp_path):
     assert not list((tmp_path / "runs" / "cube" / "epochs1").glob("peer-*"))  # the selection is reused
     assert all(set(r["reference"]) == set(r["test"]) for r in results["square"])
     assert "against the fine solutions" in text
+    assert "| cube | piecewise | multigrid, between-nodes λ=1 |" in text
+    assert (tmp_path / "runs" / "cube" / "between1" / "piecewise-multigrid-s0.json").exists()
     assert script.main(argv) == results  # kept runs are reread, not trained again
