@@ -49,12 +49,12 @@ MODELS = ("multigrid", "multigrid-distance", PEER)
 
 def run(domain: str, families: list[str], seeds: list[int], models: list[str], out: Path, scale,
         tune: float | None = None, tune_modes=(8, 12, 16), tune_widths=(32, 64), cache: Path | None = None,
-        reference: bool = False) -> list[dict]:
+        reference: bool = False, kept_only: bool = False) -> list[dict]:
     """Every (family, seed, model) run on ``domain`` at ``scale`` (a :class:`darcy.race.Scale`),
     from ``out`` where kept; ``tune``: FNO's candidates' seconds (:func:`darcy.tuning.select_peer`,
     its selection kept in ``cache``, default ``out``); ``reference``: each model also scored
     against the solutions on the training mesh refined twice (:func:`darcy.meshes.reference_targets`,
-    kept as the run's ``"reference"``)."""
+    kept as the run's ``"reference"``); ``kept_only``: train nothing, return the kept runs."""
     runs = []
     for family in families:
         data = selection = None
@@ -62,6 +62,8 @@ def run(domain: str, families: list[str], seeds: list[int], models: list[str], o
             for name in models:
                 tuned = tune is not None and name == PEER
                 path = out / f"{family}-{name}{f'-tuned{tune:g}' if tuned else ''}-s{seed}.json"
+                if kept_only and not path.exists():
+                    continue
                 if not path.exists():
                     data = data or race_data(family, scale, 0, domain)
                     if tuned and selection is None:  # once per family, on seed 0's data, its time not counted

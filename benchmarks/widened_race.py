@@ -169,6 +169,8 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     parser.add_argument("--equal-epochs", action="store_true",
                         help="also train the selected FNO for as many epochs as the multigrid made in its "
                              "budget (the mean over the seeds), kept in OUT/<domain>/epochs<E>/")
+    parser.add_argument("--kept-only", action="store_true",
+                        help="train nothing: write the page from the runs kept under OUT (a run not made is left out)")
     add_docs_argument(parser)
     args = parser.parse_args(argv)
     if (args.epochs is None) == (args.seconds is None):
@@ -181,12 +183,13 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
         mesh_n, modes = FAMILIES[domain]
         scale = replace(base, mesh_n=mesh_n or base.mesh_n) if args.scale != "tiny" else base
         runs = run(domain, args.families, args.seeds, [MODEL, PEER], args.out / domain, scale, args.tune_peer,
-                   args.tune_modes or modes, args.tune_widths, reference=domain in args.reference_targets)
+                   args.tune_modes or modes, args.tune_widths, reference=domain in args.reference_targets,
+                   kept_only=args.kept_only)
         if args.between_nodes is not None:  # the multigrid trained on the nodes with the between-nodes loss
             lam = args.between_nodes
             variant = run(domain, args.families, args.seeds, [MODEL], args.out / domain / f"between{lam:g}",
                           replace(scale, refine_data=False, between_nodes=lam),
-                          reference=domain in args.reference_targets)
+                          reference=domain in args.reference_targets, kept_only=args.kept_only)
             runs += [dict(r, model=f"{MODEL}, between-nodes λ={lam:g}") for r in variant]
         results[domain] = runs
         if args.equal_epochs:
@@ -197,7 +200,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
                 epochs = round(statistics.fmean(mg))
                 fno = run(domain, [family], args.seeds, [PEER], args.out / domain / f"epochs{epochs}",
                           replace(scale, epochs=epochs, seconds=None), args.tune_peer, args.tune_modes or modes,
-                          args.tune_widths, cache=args.out / domain)
+                          args.tune_widths, cache=args.out / domain, kept_only=args.kept_only)
                 matched += equal_epochs(domain, runs, fno)
         summaries += summary(domain, runs)
         rows += errors(domain, runs)

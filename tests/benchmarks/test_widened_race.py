@@ -142,3 +142,5 @@ def test_tiny_run_on_the_square_and_the_cube_writes_one_page(script, tmp_path):
     assert "| cube | piecewise | multigrid, between-nodes λ=1 |" in text
     assert (tmp_path / "runs" / "cube" / "between1" / "piecewise-multigrid-s0.json").exists()
     assert script.main(argv) == results  # kept runs are reread, not trained again
+    kept = script.main(argv[:3] + ["pores"] + argv[3:] + ["--kept-only", "--seeds", "0", "1"])
+    assert kept["pores"] == [] and kept["cube"] == results["cube"]  # nothing trained: no pores, no seed 1
