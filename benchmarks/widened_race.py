@@ -117,7 +117,7 @@ def equal_epochs(domain: str, runs: list[dict], fno: list[dict]) -> list[list]:
         meshes = list(mg[0]["test"])
         ratio = [statistics.fmean(r["test"][k] for r in mg) / statistics.fmean(r["test"][k] for r in peer)
                  for k in meshes]
-        rows.append([domain, family, MODEL, peer[0]["epochs"],
+        rows.append([domain, family, MODEL, " / ".join(str(r["epochs"]) for r in peer),
                      " / ".join(f"{q:.2f}" for q in ratio) + f" ({' / '.join(meshes)})",
                      "; ".join(f"{k} {statistics.fmean(r['test'][k] for r in peer):.4f}" for k in meshes),
                      len(peer)])
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
                              "OUT/<domain>/between<LAMBDA>/")
     parser.add_argument("--equal-epochs", action="store_true",
                         help="also train the selected FNO for as many epochs as the multigrid made in its "
-                             "budget (the mean over the seeds), kept in OUT/<domain>/epochs<E>/")
+                             "budget (the mean over the seeds run), kept in OUT/<domain>/equal-epochs/")
     parser.add_argument("--kept-only", action="store_true",
                         help="train nothing: write the page from the runs kept under OUT (a run not made is left out)")
     add_docs_argument(parser)
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
                 if not mg:
                     continue
                 epochs = round(statistics.fmean(mg))
-                fno = run(domain, [family], args.seeds, [PEER], args.out / domain / f"epochs{epochs}",
+                fno = run(domain, [family], args.seeds, [PEER], args.out / domain / "equal-epochs",
                           replace(scale, epochs=epochs, seconds=None), args.tune_peer, args.tune_modes or modes,
                           args.tune_widths, cache=args.out / domain, kept_only=args.kept_only)
                 matched += equal_epochs(domain, runs, fno)

@@ -8,7 +8,8 @@ import torch
 SCRIPTS = {"galerkin_experiments": [], "lorenz_cde": [], "kolmogorov": [], "nao": ["radial"], "torus": [],
            "own_files": [], "scale": [], "spectral": [], "attention": [], "neighbors": [], "patch_attention": [],
            "training_step": [], "coordinate_features": [], "darcy_floor": [], "darcy_generation": [],
-           "imports": [], "darcy_calvello": [], "vit_transfer": [], "contract": [], "darcy_race": [], "refinement_3d": [], "geometry_input": []}
+           "imports": [], "darcy_calvello": [], "vit_transfer": [], "contract": [], "darcy_race": [], "refinement_3d": [], "geometry_input": [],
+           "widened_race": []}
 
 
 @pytest.fixture(autouse=True)

@@ -135,8 +135,8 @@ def test_tiny_run_on_the_square_and_the_cube_writes_one_page(script, tmp_path):
     assert set(results["cube"][0]["test"]) == {"train", "refined", "graded", "foreign"}
     text = page.read_text()
     assert "| cube | piecewise |" in text and "| square | piecewise |" in text
-    assert "At equal epochs" in text and (tmp_path / "runs" / "cube" / "epochs1").is_dir()
-    assert not list((tmp_path / "runs" / "cube" / "epochs1").glob("peer-*"))  # the selection is reused
+    assert "At equal epochs" in text and (tmp_path / "runs" / "cube" / "equal-epochs").is_dir()
+    assert not list((tmp_path / "runs" / "cube" / "equal-epochs").glob("peer-*"))  # the selection is reused
     assert all(set(r["reference"]) == set(r["test"]) for r in results["square"])
     assert "against the fine solutions" in text
     assert "| cube | piecewise | multigrid, between-nodes λ=1 |" in text
