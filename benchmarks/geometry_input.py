@@ -49,15 +49,16 @@ MODELS = ("multigrid", "multigrid-distance", PEER)
 
 def run(domain: str, families: list[str], seeds: list[int], models: list[str], out: Path, scale,
         tune: float | None = None, tune_modes=(8, 12, 16), tune_widths=(32, 64), cache: Path | None = None,
-        reference: bool = False, kept_only: bool = False) -> list[dict]:
+        reference: bool = False, kept_only: bool = False, selection: dict | None = None) -> list[dict]:
     """Every (family, seed, model) run on ``domain`` at ``scale`` (a :class:`darcy.race.Scale`),
     from ``out`` where kept; ``tune``: FNO's candidates' seconds (:func:`darcy.tuning.select_peer`,
     its selection kept in ``cache``, default ``out``); ``reference``: each model also scored
     against the solutions on the training mesh refined twice (:func:`darcy.meshes.reference_targets`,
-    kept as the run's ``"reference"``); ``kept_only``: train nothing, return the kept runs."""
-    runs = []
+    kept as the run's ``"reference"``); ``kept_only``: train nothing, return the kept runs;
+    ``selection``: ``{family: select_peer's result}`` made already (then ``tune`` names it)."""
+    runs, chosen = [], selection or {}
     for family in families:
-        data = selection = None
+        data, selection = None, chosen.get(family)
         for seed in seeds:
             for name in models:
                 tuned = tune is not None and name == PEER

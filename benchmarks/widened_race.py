@@ -198,9 +198,10 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
                 if not mg:
                     continue
                 epochs = round(statistics.fmean(mg))
+                raced = next(r["tuning"] for r in runs if r["family"] == family and r["model"] == PEER)
                 fno = run(domain, [family], args.seeds, [PEER], args.out / domain / "equal-epochs",
-                          replace(scale, epochs=epochs, seconds=None), args.tune_peer, args.tune_modes or modes,
-                          args.tune_widths, cache=args.out / domain, kept_only=args.kept_only)
+                          replace(scale, epochs=epochs, seconds=None), args.tune_peer, kept_only=args.kept_only,
+                          selection={family: raced})  # the configuration that raced
                 matched += equal_epochs(domain, runs, fno)
         summaries += summary(domain, runs)
         rows += errors(domain, runs)
