@@ -109,11 +109,12 @@ def summary(domain: str, runs: list[dict]) -> list[list]:
 
 def equal_epochs(domain: str, runs: list[dict], fno: list[dict]) -> list[list]:
     """One row per law: the multigrid's errors (its equal-time runs, ``E`` epochs on average) ÷
-    those of FNO trained for ``E`` epochs (``fno``), each mesh's mean over the seeds."""
+    those of FNO trained for ``E`` epochs (``fno``), each mesh's mean over the seeds FNO ran."""
     rows = []
     for family in dict.fromkeys(r["family"] for r in fno):
-        mg = [r for r in runs if r["family"] == family and r["model"] == MODEL]
         peer = [r for r in fno if r["family"] == family]
+        seeds = {r["seed"] for r in peer}  # each side the mean over the same seeds
+        mg = [r for r in runs if r["family"] == family and r["model"] == MODEL and r["seed"] in seeds]
         meshes = list(mg[0]["test"])
         ratio = [statistics.fmean(r["test"][k] for r in mg) / statistics.fmean(r["test"][k] for r in peer)
                  for k in meshes]
