@@ -10,7 +10,8 @@ returns the candidate with the lowest error, every candidate's record beside it.
 training time is its own: it is not part of any model's budget in the race. Candidates with more
 modes than the grid resolves (``modes > s // 2`` on an ``s x s`` grid) are skipped and recorded as
 such. With ``cache``, the result is kept in ``cache/peer-<family>-<key>.json`` and reread when the
-domain, family, scale, budget, candidates, split, seed and training samples are the same.
+domain, family, scale (its settings other than their defaults), budget, candidates, split, seed
+and training samples are the same.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 import torch
@@ -72,7 +73,11 @@ def select_peer(data: dict, scale: Scale, domain: str, seconds: float | None,
     # no refined copies of the samples: only geoattn's models train on those)
     budget = replace(scale, seconds=seconds, epochs=scale.epochs if seconds is None else 10**6,
                      ensemble=1, validation=0, symmetries=False, refine_data=False)
-    key = {"domain": domain, "family": family, "scale": asdict(budget), "seconds": seconds,
+    # the scale's settings that differ from its defaults: a setting the race gains later, at its
+    # default, leaves a kept selection valid
+    defaults = {f.name: f.default for f in fields(Scale)}
+    settings = {k: v for k, v in asdict(budget).items() if v != defaults[k]}
+    key = {"domain": domain, "family": family, "scale": settings, "seconds": seconds,
            "modes": list(modes), "widths": list(widths), "holdout": holdout, "seed": seed,
            "data": _fingerprint(data["train"])}
     path = None

@@ -73,6 +73,12 @@ def test_each_candidate_is_trained_on_the_fit_part_and_scored_on_the_held_out_pa
     monkeypatch.setattr(tuning, "run_family", trained_again)
     assert tuning.select_peer(data, scale, DOMAIN, None, modes=(2, 3, 5), widths=(4, 8), family="piecewise",
                               cache=tmp_path) == out
+    # a setting at its default (as one the race gains later) is the same selection; another value is not
+    assert tuning.select_peer(data, replace(scale, between_nodes=None), DOMAIN, None, modes=(2, 3, 5),
+                              widths=(4, 8), family="piecewise", cache=tmp_path) == out
+    with pytest.raises(AssertionError, match="trained again"):
+        tuning.select_peer(data, replace(scale, between_nodes=1.0), DOMAIN, None, modes=(2, 3, 5), widths=(4, 8),
+                           family="piecewise", cache=tmp_path)
     with pytest.raises(AssertionError, match="trained again"):  # another budget is another selection
         tuning.select_peer(data, scale, DOMAIN, 0.1, modes=(2, 3, 5), widths=(4, 8), family="piecewise",
                            cache=tmp_path)
