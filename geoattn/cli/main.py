@@ -137,10 +137,29 @@ def main(argv: list[str] | None = None) -> int:
     name_command(prog)
     try:
         return args.run(args)
-    except EXPECTED as err:
-        return _fail(prog, err, args.verbose)
     except KeyboardInterrupt as err:  # Ctrl-C, or a Stopped from the console script's handlers
         return report(prog, err, getattr(command_module(args.command), "INTERRUPTED", ""))
+    except Exception as err:
+        stop = _stop_behind(err)
+        if stop is not None:  # raised by the clean-up the stop began (a write it cut short): the stop's
+            return report(prog, stop, getattr(command_module(args.command), "INTERRUPTED", ""))
+        if isinstance(err, EXPECTED):
+            return _fail(prog, err, args.verbose)
+        raise
+
+
+def _stop_behind(err: BaseException) -> KeyboardInterrupt | None:
+    """The interrupt (Ctrl-C, or a :class:`~geoattn.cli.entry.Stopped`) during whose handling
+    ``err`` was raised, if any: a library's own clean-up can fail when a signal cut its work
+    short (torch's checkpoint writer closing a half-written archive), and that error replaces
+    the interrupt."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, KeyboardInterrupt):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
 
 
 if __name__ == "__main__":  # pragma: no cover

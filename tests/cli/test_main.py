@@ -35,3 +35,30 @@ def test_missing_extra_is_one_line_error(monkeypatch, tmp_path, capsys):
     assert main(["generate", "--mesh", "a.vtu", "--n", "1", "--out", str(tmp_path / "d.h5")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "'scikit-fem'" in err and "pip install 'geoattn[data]'" in err
+
+
+def test_an_error_raised_while_a_stop_unwinds_is_the_stop(monkeypatch, capsys):
+    # torch's checkpoint writer, cut short by SIGTERM, raises its own error while closing the
+    # archive; that error replaces the Stopped: the command still ends as stopped, one line, 143
+    import signal
+
+    from geoattn.cli import info
+    from geoattn.cli.entry import Stopped
+
+    def run(args):
+        try:
+            raise Stopped(signal.SIGTERM)
+        except KeyboardInterrupt:
+            raise RuntimeError("[enforce fail at inline_container.cc] unexpected pos 64 vs 0")  # noqa: B904
+
+    monkeypatch.setattr(info, "run", run)
+    assert main(["info", "x.vtu"]) == 143
+    err = capsys.readouterr().err
+    assert err == "geoattn info: interrupted by SIGTERM\n"
+
+    def fails(args):  # an error with no stop behind it still goes through as before
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(info, "run", fails)
+    with pytest.raises(RuntimeError, match="a bug"):
+        main(["info", "x.vtu"])
