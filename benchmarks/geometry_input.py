@@ -127,6 +127,11 @@ def tuning_table(runs: list[dict]) -> str:
     return markdown_table(["family", "FNO modes", "width", "validation error", "epochs", "train s", ""], rows)
 
 
+def budget(args) -> str:
+    """Each model's budget as the command line gave it: ``N epochs`` or ``S s``."""
+    return f"{args.epochs} epochs" if args.epochs else f"{args.seconds:.0f} s"
+
+
 def write_race_page(path: Path, script: str, argv: list[str] | None, title: str, text: str, tic: float,
                     notes: str) -> None:
     """Write the results page of ``benchmarks/<script>.py`` run with ``argv`` (default the
@@ -172,10 +177,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         text += tuning_table(runs)
     print(text)
     if args.docs:
-        budget = f"{args.epochs} epochs" if args.epochs else f"{args.seconds:.0f} s"
         write_race_page(args.docs, "geometry_input", argv, "Geometry as an input: the multigrid with the "
                         "distance to the boundary", text, tic,
-                        f"Domain {args.domain}; every model {budget}."
+                        f"Domain {args.domain}; every model {budget(args)}."
                         + (f" FNO tuned: the best of modes {args.tune_modes} x width {args.tune_widths} on a "
                            f"validation split of the training samples, each candidate trained {args.tune_peer:g} s "
                            "outside the budget." if tuned else ""))

@@ -58,7 +58,7 @@ from pathlib import Path
 import torch
 
 from darcy.race import SCALES
-from geometry_input import PEER, run, tuning_table, write_race_page
+from geometry_input import PEER, budget, run, tuning_table, write_race_page
 from results_page import add_docs_argument, markdown_table
 
 MODEL = "multigrid"
@@ -218,10 +218,9 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
             + "\n\n## FNO's candidates on the validation split\n\n" + "\n\n".join(tuning))
     print(text)
     if args.docs:
-        budget = f"{args.epochs} epochs" if args.epochs else f"{args.seconds:.0f} s"
         write_race_page(args.docs, "widened_race", argv, "The widened Darcy race: the multigrid against a "
                         "tuned FNO on every family", text, tic,
-                        f"Every model {budget} ({'equal epochs' if args.epochs else 'measured training time'}) on "
+                        f"Every model {budget(args)} ({'equal epochs' if args.epochs else 'measured training time'}) on "
                         "one thread (the load column: the 1-minute load when each seed's run ended). FNO's "
                         "selection time is not counted. Seconds per epoch differ across loads; compare the "
                         "ratio in one row.")
