@@ -53,7 +53,7 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -102,6 +102,7 @@ class Scale:
     models: tuple[str, ...] = ("tno", "galerkin", "slice", "mesh_fno")
     seconds: float | None = None  # training-time budget per model (epochs is then the most)
     target: str = "increment"  # what the model predicts: "increment" omega(T + dt) - omega(T), or "state"
+    max_modes: int = 12  # the most modes per axis of a global spectral layer (the paper's FNO: 12)
 
 
 SCALES = {
@@ -183,27 +184,28 @@ def model_kwargs(name: str, scale: Scale, nodes: int, period: float | None = Non
     """Constructor arguments of a registered model at this scale: width and depth for all, heads
     for the attention models, for ``mesh_fno`` and the spectral decoder of ``galerkin`` (Cao's)
     the modes the training nodes resolve (:func:`geoattn.nn.spectral.resolved_modes`, at most
-    12 as in the paper's FNO), for the
+    ``scale.max_modes``, default 12 as in the paper's FNO), for the
     patched models (``vit``, ``fano``) 16 patches and the paper's modes (:data:`PATCH_MODES`), at
     most those their nodes resolve, and for every model that takes one the declared ``period``
     (Kolmogorov: the torus, ``LENGTH``; the nodes' bounding box is not the period), with, for the
     patched models, Remark 21's residual spectral layer on the whole torus (``final_modes``, the
-    modes the training nodes resolve, at most 12)."""
+    modes the training nodes resolve, at most ``scale.max_modes``)."""
     params = inspect.signature(MODELS[name].__init__).parameters
     kw = {"width": scale.width, "depth": scale.depth}
+    most = max(1, min(getattr(scale, "max_modes", 12), resolved_modes(nodes, 2)))
     if "num_heads" in params:
         kw["num_heads"] = scale.num_heads
     if name == "mesh_fno":
-        kw["modes"] = max(1, min(12, resolved_modes(nodes, 2)))
+        kw["modes"] = most
     if name == "galerkin":  # with Cao's spectral decoder
-        kw.update(decoder="spectral", spectral={"modes": max(1, min(12, resolved_modes(nodes, 2))),
+        kw.update(decoder="spectral", spectral={"modes": most,
                                                 **({} if period is None else {"period": period})})
     if "num_patches" in params:  # ViT-NO, FANO: the paper's 16 patches and modes, at most what they resolve
         kw.update(num_patches=16, modes=min(PATCH_MODES[name], resolved_modes(nodes / 16, 2)))
     if period is not None and "period" in params:
         kw["period"] = period
         if "final_modes" in params:  # Remark 21: a residual spectral layer over the seams of the patches
-            kw["final_modes"] = max(1, min(12, resolved_modes(nodes, 2)))
+            kw["final_modes"] = most
     return {k: v for k, v in kw.items() if k in params}
 
 
@@ -239,13 +241,17 @@ def increments(samples: list) -> list:
     return out
 
 
-def check_run_settings(folder: Path, settings: dict) -> None:
+def check_run_settings(folder: Path, settings: dict, defaults: dict | None = None) -> None:
     """Keep ``settings`` in ``folder/run.json``; refuse to resume a run made with other settings
-    (the list of models run beside it, ``settings["scale"]["models"]``, is not one)."""
+    (the list of models run beside it, ``settings["scale"]["models"]``, is not one). A scale
+    setting the stored run lacks (one added to the scale since) counts as its value in
+    ``defaults``, the scale's defaults: the stored run was made with it."""
     path = folder / "run.json"
     settings = json.loads(json.dumps(settings))
     settings.get("scale", {}).pop("models", None)
     stored = json.loads(path.read_text()) if path.exists() else settings
+    if "scale" in stored:
+        stored["scale"] = {**json.loads(json.dumps(defaults or {})), **stored["scale"]}
     stored.get("scale", {}).pop("models", None)
     if stored != settings:
         raise ConfigError(f"{folder} holds a run with other settings ({path}); give another --out, or delete it")
@@ -263,7 +269,9 @@ def train(name: str, kwargs: dict, samples: list, scale: Scale, device: torch.de
     (``info["curve"]``: ``[(epoch, error)]``, epochs from 1)."""
     increment = getattr(scale, "target", "state") == "increment"
     if out is not None:
-        check_run_settings(out, {"model": name, "kwargs": kwargs, "scale": asdict(scale), "h1": h1, "seed": seed})
+        defaults = {f.name: f.default for f in fields(scale) if f.default is not MISSING}
+        check_run_settings(out, {"model": name, "kwargs": kwargs, "scale": asdict(scale), "h1": h1, "seed": seed},
+                           defaults)
     torch.manual_seed(seed)
     model = build_model(name, in_channels=1, out_channels=1, dim=2, **kwargs)
     op = NormalizedOperator(model).to(device)
@@ -618,7 +626,8 @@ def target_option(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     args, scale, names, device = parse_arguments(
-        argv, __doc__, SCALES, Scale, ("grid", "points", "n_train", "n_test", "epochs", "batch_size", "width", "depth"),
+        argv, __doc__, SCALES, Scale, ("grid", "points", "n_train", "n_test", "epochs", "batch_size", "width", "depth",
+                                    "max_modes"),
         "registered model names (default: the scale's)", "folder to keep the generated pairs in", extra=target_option)
     log.setLevel(logging.INFO)
     tic = time.perf_counter()
@@ -651,7 +660,8 @@ def main(argv: list[str] | None = None) -> dict:
     baselines = {name: statistics.median(results[name]["grid"]) for name in ("identity", "Euler step")}
     table += "\n" + curves_section(args, results, baselines, f"Kolmogorov flow, {scale.grid}^2 grid, "
                                     f"{scale.n_train} training pairs, target: {scale.target}")
-    report(args, scale, device, results, table, data_seconds, tic)
+    report(args, scale, device, results, table, data_seconds, tic,
+           title=f"Kolmogorov flow, {scale.grid}^2 grid (`benchmarks/kolmogorov.py`)")
     if args.figure and operators:
         best = best_model(results, operators)
         plot(coefficients, results["models"][best], where["graded"], operators[best],

@@ -10,6 +10,10 @@
 # the mesh given (the defaults), and `geoattn evaluate` on the 12 samples held out of training
 # (--skip 108). Each evaluation's table is kept in OUT/eval_<grf>_<model>.txt; a rerun skips
 # finished steps. One torch thread per step.
+#
+# SEEDS="0 1 2" (environment; default 0) trains one model per seed (`geoattn train --seed`; seed 0
+# in OUT/run_<grf>_<model>, seed k in OUT/run_<grf>_<model>_seed<k>, its table in
+# OUT/eval_<grf>_<model>_seed<k>.txt) and ends with each mesh's ratio per seed and their mean.
 set -euo pipefail
 out=${1:?usage: vit_cli_transfer.sh OUT [GRF ...]}
 shift
@@ -25,9 +29,26 @@ for grf in "${grfs[@]}"; do
       --mesh "structured=$meshes/square_structured.vtu" --n 120 --seed 0 --family lognormal --grf "$grf" \
       --out "$grf.h5" --no-progress
   for model in vit fano; do
-    [ -f "run_${grf}_$model/last.pt" ] || geoattn train "$grf.h5" --mesh train --model "$model" \
-        --out "run_${grf}_$model" --no-progress
-    geoattn evaluate "run_${grf}_$model/last.pt" "$grf.h5" --skip 108 > "eval_${grf}_$model.txt"
-    echo "$grf $model"; cat "eval_${grf}_$model.txt"
+    for seed in ${SEEDS:-0}; do
+      tag="${grf}_$model"; [ "$seed" = 0 ] || tag="${tag}_seed$seed"
+      [ -f "run_$tag/last.pt" ] || geoattn train "$grf.h5" --mesh train --model "$model" --seed "$seed" \
+          --out "run_$tag" --no-progress
+      geoattn evaluate "run_$tag/last.pt" "$grf.h5" --skip 108 > "eval_$tag.txt"
+      echo "$grf $model seed $seed"; cat "eval_$tag.txt"
+    done
   done
 done
+# each mesh's ratio (error / training-mesh error) per seed, and the mean over the seeds
+python - "${grfs[@]}" <<'PY'
+import glob, re, statistics, sys
+for grf in sys.argv[1:]:
+    for model in ("vit", "fano"):
+        ratios = {}
+        for path in sorted(glob.glob(f"eval_{grf}_{model}.txt") + glob.glob(f"eval_{grf}_{model}_seed*.txt")):
+            errors = {row[0]: float(row[2]) for row in map(str.split, open(path))
+                      if len(row) == 4 and re.fullmatch(r"[0-9.]+", row[2])}
+            for mesh, error in errors.items():
+                ratios.setdefault(mesh, []).append(error / errors["train"])
+        print(f"{grf} {model}: " + "; ".join(f"{mesh} {statistics.fmean(r):.3f} ({' '.join(f'{v:.3f}' for v in r)})"
+                                            for mesh, r in ratios.items() if mesh != "train"))
+PY

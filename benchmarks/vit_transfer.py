@@ -57,7 +57,9 @@ constructors' defaults (the token design, 4 patches, modes 2, grid 16). Their ``
 ``dc*`` columns do not apply (``–``).
 ``tok_blend`` and ``fano_blend`` are ``tok`` and ``fano_tok`` with ``readout="blend"`` (the
 output read from every patch grid whose window holds the node, blended by a partition of unity,
-in place of the own patch's grid only).
+in place of the own patch's grid only). ``fano_blendF3`` adds Remark 21's residual spectral
+layer over the whole domain (``final_modes=3``, the modes the 289-node mesh resolves), computed
+with the nodes' quadrature; ``fano_blendG12`` reads grids of 12 points per axis.
 
 ``--split D`` also prints, per variant and seed, the weighted RMS pointwise error over the test
 samples on four classes of the refined mesh's nodes: the training mesh's nodes (``old``) and the
@@ -308,7 +310,11 @@ def main(argv=None):
                 "fano_tok": dict(model="fano", num_patches=4, modes=2, quadrature="tokens"),
                 "fano_default": dict(model="fano"),
                 "tok_blend": dict(num_patches=4, modes=2, quadrature="tokens", readout="blend"),
-                "fano_blend": dict(model="fano", num_patches=4, modes=2, quadrature="tokens", readout="blend")}
+                "fano_blend": dict(model="fano", num_patches=4, modes=2, quadrature="tokens", readout="blend"),
+                "fano_blendF3": dict(model="fano", num_patches=4, modes=2, quadrature="tokens", readout="blend",
+                                     final_modes=3),
+                "fano_blendG12": dict(model="fano", num_patches=4, modes=2, quadrature="tokens", readout="blend",
+                                      grid=12)}
     chosen = ["base"] if args.quick else (args.variants or list(variants))
     rows = []
     for name in chosen:

@@ -80,6 +80,40 @@ def test_patched_models_take_the_papers_modes_where_their_patches_resolve_them(s
     assert script.model_kwargs("fano", cpu, 150 ** 2)["modes"] == 8
 
 
+def test_global_spectral_layers_take_the_resolved_modes_up_to_max_modes(script):
+    """The global spectral layers (``mesh_fno``'s modes, Galerkin's decoder, the patched models'
+    Remark 21 layer) take the modes the nodes resolve, at most ``max_modes``: 12 by default (the
+    paper's FNO); the 64^2 grid resolves 15 (``(2 (2K + 1))^2 <= 4096``), 61^2 only 14."""
+    from dataclasses import replace
+
+    cpu = script.SCALES["cpu"]
+    assert script.model_kwargs("mesh_fno", cpu, 64 ** 2)["modes"] == 12
+    wide = replace(cpu, max_modes=32)
+    assert script.model_kwargs("mesh_fno", wide, 64 ** 2)["modes"] == 15
+    assert script.model_kwargs("mesh_fno", wide, 61 ** 2)["modes"] == 14
+    assert script.model_kwargs("galerkin", wide, 64 ** 2, period=1.0)["spectral"] == {"modes": 15, "period": 1.0}
+    assert script.model_kwargs("fano", wide, 64 ** 2, period=1.0)["final_modes"] == 15
+
+
+def test_a_run_kept_before_a_scale_setting_existed_resumes_at_its_default(script, tmp_path):
+    """A run.json written before ``max_modes`` was a scale setting resumes when the setting has
+    its default (the value that run used) and is refused with another one."""
+    import json
+    from dataclasses import asdict, replace
+
+    scale = script.SCALES["tiny"]
+    defaults = {"max_modes": 12}
+    settings = {"model": "tno", "kwargs": {}, "scale": asdict(scale), "h1": True, "seed": 0}
+    old = json.loads(json.dumps(settings))
+    del old["scale"]["max_modes"]
+    (tmp_path / "run.json").write_text(json.dumps(old))
+    script.check_run_settings(tmp_path, settings, defaults)
+    (tmp_path / "run.json").write_text(json.dumps(old))
+    other = {**settings, "scale": asdict(replace(scale, max_modes=15))}
+    with pytest.raises(script.ConfigError, match="other settings"):
+        script.check_run_settings(tmp_path, other, defaults)
+
+
 def test_runs_resume_and_record_the_test_error_of_every_epoch(script, tmp_path):
     """With --out each model's run is kept: the curve holds one test error per epoch, its last
     point is the table's grid error (the same pairs, the same metric, the input plus the learned
